@@ -1,0 +1,1 @@
+"""The analyst dashboard (web process). Never imports numpy, onnxruntime, av or sip_bridge."""

@@ -1,0 +1,1 @@
+"""Analysis: audio windows in, scores and alert objects out. Knows nothing of SIP."""

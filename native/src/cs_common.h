@@ -1,0 +1,37 @@
+/* Shared constants of the CallShield native media core.
+ *
+ * Everything between the CDEF markers is also read by cffi (native/build_native.py),
+ * so it must stay plain C declarations: no #include, no macros with expressions. */
+#ifndef CS_COMMON_H
+#define CS_COMMON_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* CDEF BEGIN */
+/* Output frame flags: what a pulled 20 ms frame carries. */
+enum {
+    CS_FRAME_NOT_STARTED = 0, /* no packet yet, or still prefetching to the target delay */
+    CS_FRAME_NORMAL = 1,      /* every sample is decoded from received audio */
+    CS_FRAME_CONCEALED = 2,   /* some or all samples are concealment (loss, underrun) */
+    CS_FRAME_CNG = 3,         /* comfort noise / DTX: the sender said "silence" */
+    CS_FRAME_PAUSED = 4       /* analysis paused (secure pause): audio discarded, not loss */
+};
+
+/* Codecs the payload-type table can name. */
+enum {
+    CS_CODEC_NONE = 0,
+    CS_CODEC_PCMU = 1,
+    CS_CODEC_PCMA = 2,
+    CS_CODEC_L16 = 3,          /* network byte order on RTP */
+    CS_CODEC_CN = 4,           /* RFC 3389 comfort noise */
+    CS_CODEC_TELEPHONE_EVENT = 5 /* RFC 4733 */
+};
+/* CDEF END */
+
+/* Time quantum of the jitter buffer: 2.5 ms, the smallest Opus frame; every common
+ * ptime (10, 20, 30, 40, 60 ms) is a whole number of units. */
+#define CS_UNITS_PER_SECOND 400
+#define CS_UNITS_PER_FRAME 8 /* 20 ms output frames */
+
+#endif

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``callshield bench``: distributions beside a same-run baseline."""

@@ -1,0 +1,40 @@
+"""``callshield bench <name>``: each benchmark prints distributions beside a baseline."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+# benchmark name -> module exposing add_arguments(parser) and run(args) -> dict
+BENCHMARKS: dict[str, str] = {
+    "jitter": "sip_bridge.bench.jitter",
+    "ingest": "sip_bridge.bench.ingest",
+}
+
+
+def add_parser(sub: Any, name: str) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help="measure latency distributions and capacity on this machine"
+    )
+    bench_sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK")
+    bench_sub.required = True
+    for bench_name, module_name in BENCHMARKS.items():
+        module = importlib.import_module(module_name)
+        bench_parser = bench_sub.add_parser(bench_name, help=module.__doc__.splitlines()[0])
+        bench_parser.add_argument(
+            "--json", action="store_true", help="print the result as one JSON document"
+        )
+        module.add_arguments(bench_parser)
+        bench_parser.set_defaults(run=_make_runner(module))
+
+
+def _make_runner(module: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        from sip_bridge.bench.report import emit
+
+        result = module.run(args)
+        emit(result, as_json=args.json)
+        return 0
+
+    return run

@@ -1,0 +1,48 @@
+"""The ``callshield`` command.
+
+Each subcommand lives in its own module and registers itself through ``add_parser``;
+this file only wires them, so importing it stays cheap (no numpy, no native build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# subcommand -> module exposing add_parser(subparsers) and run(args) -> int
+_COMMANDS: dict[str, str] = {
+    "bench": "sip_bridge.bench.cli",
+    "demo": "sip_bridge.demo",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="callshield",
+        description="Live-call deepfake and fraud detection for contact centers.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, module_name in _COMMANDS.items():
+        module = importlib.import_module(module_name)
+        module.add_parser(sub, name)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
