@@ -80,7 +80,7 @@ enum { CS_WAIT_HIST_BUCKETS = 501 };
  * like the W3C fields (divide by jitter_buffer_emitted_count for a mean). */
 typedef struct {
     uint64_t packets_received;            /* every packet handed to cs_jb_insert */
-    uint64_t packets_discarded;           /* late + overflow-flushed (W3C meaning) */
+    uint64_t packets_discarded;           /* late + flushed + dropped (W3C meaning) */
     uint64_t packets_in_order;
     uint64_t packets_gap;
     uint64_t packets_reordered;
@@ -90,6 +90,9 @@ typedef struct {
     uint64_t packets_bad_payload;
     uint64_t packets_paused;
     uint64_t packets_jump;
+    uint64_t packets_played;              /* fates of accepted audio packets: played, */
+    uint64_t packets_flushed;             /* flushed (overflow, pause), */
+    uint64_t packets_dropped;             /* or dropped to shrink the delay */
     uint64_t packets_dtmf;
     uint64_t packets_cn;
     uint64_t restarts;

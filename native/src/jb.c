@@ -1,0 +1,360 @@
+/* Per-stream adaptive jitter buffer: insert (packet side) and configuration.
+ * The pull side (playout decisions and decoding) is in jb_pull.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "jb_internal.h"
+
+void cs_jb_default_config(cs_jb_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->out_rate = 8000;
+    cfg->capacity_ms = 2000;
+    cfg->min_delay_ms = 40;
+    cfg->max_delay_ms = 400;
+    cfg->start_delay_ms = 80;
+    cs_pt_entry defaults[] = {
+        {0, CS_CODEC_PCMU, 1, 0, 8000},
+        {8, CS_CODEC_PCMA, 1, 0, 8000},
+        {13, CS_CODEC_CN, 1, 0, 8000},
+        {101, CS_CODEC_TELEPHONE_EVENT, 1, 0, 8000},
+    };
+    cfg->n_pts = sizeof defaults / sizeof defaults[0];
+    memcpy(cfg->pts, defaults, sizeof defaults);
+}
+
+uint32_t cs_jb_bytes_per_unit(const cs_pt_entry *pe) {
+    uint32_t samples = pe->clock_rate / CS_UNITS_PER_SECOND;
+    switch (pe->codec) {
+    case CS_CODEC_PCMU:
+    case CS_CODEC_PCMA:
+        return samples;
+    case CS_CODEC_L16:
+        return samples * 2u * (pe->channels ? pe->channels : 1u);
+    default:
+        return 0;
+    }
+}
+
+static int is_audio(uint8_t codec) {
+    return codec == CS_CODEC_PCMU || codec == CS_CODEC_PCMA || codec == CS_CODEC_L16;
+}
+
+cs_jb *cs_jb_new(const cs_jb_config *cfg) {
+    if (!cfg || cfg->out_rate == 0 || cfg->out_rate % CS_UNITS_PER_SECOND) return NULL;
+    if (cfg->out_rate / CS_UNITS_PER_SECOND > CS_MAX_SAMPLES_PER_UNIT) return NULL;
+    if (cfg->n_pts == 0 || cfg->n_pts > 16) return NULL;
+    if (cfg->min_delay_ms > cfg->max_delay_ms) return NULL;
+    uint32_t stride = 0;
+    for (uint32_t i = 0; i < cfg->n_pts; i++) {
+        const cs_pt_entry *pe = &cfg->pts[i];
+        if (pe->pt > 127 || pe->clock_rate == 0) return NULL;
+        for (uint32_t j = 0; j < i; j++)
+            if (cfg->pts[j].pt == pe->pt) return NULL;
+        if (is_audio(pe->codec)) {
+            /* Resampling belongs to the detector side; the ring holds one rate. */
+            if (pe->clock_rate != cfg->out_rate) return NULL;
+            if (pe->codec == CS_CODEC_L16 && pe->channels > 2) return NULL;
+            uint32_t bpu = cs_jb_bytes_per_unit(pe);
+            if (bpu > stride) stride = bpu;
+        } else if (pe->codec != CS_CODEC_CN && pe->codec != CS_CODEC_TELEPHONE_EVENT) {
+            return NULL;
+        }
+    }
+    if (stride == 0) return NULL;
+
+    uint64_t want = (uint64_t)cfg->capacity_ms * CS_UNITS_PER_SECOND / 1000u;
+    uint64_t need = (uint64_t)cfg->max_delay_ms * CS_UNITS_PER_SECOND / 1000u * 2u + 64u;
+    if (want < need) want = need;
+    uint32_t cap = 64;
+    while (cap < want && cap < (1u << 20)) cap <<= 1;
+
+    /* The one allocation: struct and every array in a single block. */
+    size_t off_bytes = (sizeof(cs_jb) + 63) & ~(size_t)63;
+    size_t off_arrival = off_bytes + (((size_t)cap * stride + 7) & ~(size_t)7);
+    size_t off_ts = off_arrival + (size_t)cap * sizeof(int64_t);
+    size_t off_state = off_ts + (size_t)cap * sizeof(uint32_t);
+    size_t total = off_state + cap;
+    uint8_t *block = calloc(1, total);
+    if (!block) return NULL;
+    cs_jb *jb = (cs_jb *)block;
+    jb->cfg = *cfg;
+    jb->cap = cap;
+    jb->mask = cap - 1;
+    jb->stride = stride;
+    jb->spu = cfg->out_rate / CS_UNITS_PER_SECOND;
+    jb->slot_bytes = block + off_bytes;
+    jb->slot_arrival = (int64_t *)(void *)(block + off_arrival);
+    jb->slot_ts = (uint32_t *)(void *)(block + off_ts);
+    jb->slot_state = block + off_state;
+    memset(jb->pt_map, -1, sizeof jb->pt_map);
+    for (uint32_t i = 0; i < cfg->n_pts; i++) jb->pt_map[cfg->pts[i].pt] = (int8_t)i;
+    jb->last_audio_pt = -1;
+    cs_delay_init(&jb->delay, cfg->start_delay_ms, cfg->min_delay_ms, cfg->max_delay_ms);
+    jb->st.target_delay_ms = jb->delay.target_ms;
+    cs_dtmf_init(&jb->dtmf, cfg->dtmf_key);
+    return jb;
+}
+
+void cs_jb_free(cs_jb *jb) {
+    if (!jb) return;
+    cs_dtmf_wipe(&jb->dtmf);
+    free(jb);
+}
+
+const cs_jb_stats *cs_jb_get_stats(const cs_jb *jb) { return &jb->st; }
+
+uint32_t cs_jb_samples_per_frame(const cs_jb *jb) { return jb->spu * CS_UNITS_PER_FRAME; }
+
+int cs_jb_take_dtmf(cs_jb *jb, cs_dtmf_event *out, int max) {
+    return cs_dtmf_take(&jb->dtmf, out, max);
+}
+
+void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *units, uint64_t *pkts) {
+    for (int64_t u = from; u < to; u++) {
+        uint8_t *state = &jb->slot_state[(uint64_t)u & jb->mask];
+        if (*state) {
+            (*units)++;
+            if (*state & CS_SLOT_START) (*pkts)++;
+            *state = 0;
+        }
+    }
+}
+
+void cs_jb_set_paused(cs_jb *jb, int paused) {
+    if (paused && !jb->paused) {
+        /* Buffered audio is discarded before any detector sees it. */
+        uint64_t pkts = 0;
+        cs_jb_clear_units(jb, jb->play_pos, jb->high_pos, &jb->st.units_flushed, &pkts);
+        jb->st.packets_flushed += pkts;
+        jb->high_pos = jb->play_pos;
+    }
+    if (!paused && jb->paused) jb->reanchor = 1; /* the gap is a pause, not loss */
+    jb->paused = paused ? 1 : 0;
+}
+
+/* Map a new timestamp domain (first packet, restart, SSRC or clock change) so that its
+ * first packet lands after everything already buffered: buffered audio drains. */
+static void anchor(cs_jb *jb, uint32_t ts, uint32_t clock_rate) {
+    int64_t base = jb->high_pos;
+    if (jb->anchored && jb->playing) {
+        int64_t want = jb->play_pos + (int64_t)cs_jb_target_units(jb);
+        if (want > base) base = want;
+    }
+    jb->clock_rate = clock_rate;
+    jb->tpu = clock_rate / CS_UNITS_PER_SECOND;
+    jb->last_ts32 = ts;
+    jb->ts_high = ts;
+    jb->anchor_ts = ts;
+    jb->pos_base = base;
+    if (!jb->anchored) {
+        jb->play_pos = base;
+        jb->high_pos = base;
+    }
+    jb->anchored = 1;
+    jb->reanchor = 0;
+    cs_delay_rebase(&jb->delay);
+}
+
+static int64_t unwrap_ts(cs_jb *jb, uint32_t ts, int update) {
+    int32_t diff = (int32_t)(ts - jb->last_ts32);
+    int64_t ext = jb->ts_high + diff;
+    if (update && diff > 0) {
+        jb->ts_high = ext;
+        jb->last_ts32 = ts;
+    }
+    return ext;
+}
+
+static int64_t pos_of(cs_jb *jb, int64_t ts_ext, int *misaligned) {
+    int64_t d = ts_ext - jb->anchor_ts;
+    int64_t tpu = (int64_t)jb->tpu;
+    int64_t q = d >= 0 ? (d + tpu / 2) / tpu : -((-d + tpu / 2) / tpu);
+    *misaligned = (q * tpu != d);
+    return jb->pos_base + q;
+}
+
+static void rfc3550_jitter(cs_jb *jb, int64_t now_ns, int64_t ts_ext) {
+    /* transit in RTP units; relative times keep the products inside 64 bits */
+    int64_t rel_ns = now_ns - jb->jitter_origin_ns;
+    int64_t arrival_rtp = rel_ns / 1000 * (int64_t)jb->clock_rate / 1000000;
+    int64_t transit = arrival_rtp - ts_ext;
+    if (jb->jitter_have_transit) {
+        int64_t d = transit - jb->jitter_last_transit;
+        if (d < 0) d = -d;
+        jb->jitter_q4 += d - ((jb->jitter_q4 + 8) >> 4);
+    }
+    jb->jitter_last_transit = transit;
+    jb->jitter_have_transit = 1;
+    jb->st.jitter_rtp_units = (uint64_t)(jb->jitter_q4 >> 4);
+}
+
+static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome, int64_t now) {
+    const cs_pt_entry *pe = &jb->cfg.pts[idx];
+    uint32_t bpu = cs_jb_bytes_per_unit(pe);
+    if (h->payload_len == 0 || h->payload_len % bpu || h->payload_len / bpu > jb->cap / 4) {
+        jb->st.packets_bad_payload++;
+        return CS_PKT_BAD_PAYLOAD;
+    }
+    int64_t n = h->payload_len / bpu;
+    int fresh = !jb->anchored;
+    if (fresh || jb->reanchor || outcome == CS_PKT_RESTART || outcome == CS_PKT_SSRC_CHANGE ||
+        pe->clock_rate != jb->clock_rate) {
+        anchor(jb, h->ts, pe->clock_rate);
+        jb->jitter_have_transit = 0;
+        if (fresh) jb->jitter_origin_ns = now;
+    }
+    if (jb->last_audio_pt >= 0 && jb->last_audio_pt != idx) jb->st.payload_type_changes++;
+    jb->last_audio_pt = idx;
+    if (jb->last_units && (uint32_t)n != jb->last_units) jb->st.ptime_changes++;
+    jb->last_units = (uint32_t)n;
+
+    int misaligned;
+    int64_t ts_ext = unwrap_ts(jb, h->ts, 1);
+    int64_t pos = pos_of(jb, ts_ext, &misaligned);
+    if (pos + n > jb->high_pos + (int64_t)jb->cap || pos + (int64_t)jb->cap < jb->play_pos) {
+        /* The timestamp leapt with the sequence intact (an SBC re-based it): re-anchor
+         * rather than flush the ring or call everything late. */
+        anchor(jb, h->ts, pe->clock_rate);
+        ts_ext = unwrap_ts(jb, h->ts, 1);
+        pos = pos_of(jb, ts_ext, &misaligned);
+        jb->st.resyncs++;
+    }
+    if (misaligned) jb->st.misaligned++;
+    if (!jb->playing && pos < jb->play_pos && jb->high_pos - pos <= (int64_t)jb->cap)
+        jb->play_pos = pos; /* still prefetching: an earlier packet moves the start back */
+
+    if (!jb->first_arrival_ns) jb->first_arrival_ns = now ? now : 1;
+    if (outcome != CS_PKT_REORDERED) {
+        /* late packets inform the delay estimate too: they are why it must grow */
+        int64_t media_ns = (ts_ext - jb->anchor_ts) * 1000000000LL / (int64_t)jb->clock_rate;
+        cs_delay_packet(&jb->delay, now, media_ns);
+        jb->st.target_delay_ms = jb->delay.target_ms;
+        rfc3550_jitter(jb, now, ts_ext);
+    }
+
+    int64_t end = pos + n;
+    int64_t first = pos > jb->play_pos ? pos : jb->play_pos;
+    if (first >= end) {
+        jb->st.packets_late++;
+        jb->st.packets_discarded++;
+        jb->st.units_late += (uint64_t)n;
+        return CS_PKT_LATE;
+    }
+    if (end - jb->play_pos > (int64_t)jb->cap) {
+        /* Overflow: flush the oldest audio down to the target delay (NetEQ smart flush). */
+        int64_t new_play = end - (int64_t)cs_jb_target_units(jb);
+        uint64_t pkts = 0;
+        cs_jb_clear_units(jb, jb->play_pos, new_play, &jb->st.units_flushed, &pkts);
+        jb->st.packets_flushed += pkts;
+        jb->st.packets_discarded += pkts;
+        jb->play_pos = new_play;
+        if (jb->high_pos < new_play) jb->high_pos = new_play;
+        jb->st.flushes++;
+        if (first < new_play) first = new_play;
+    }
+
+    uint64_t written = 0;
+    uint8_t start_flag = CS_SLOT_START;
+    for (int64_t u = first; u < end; u++) {
+        uint64_t slot = (uint64_t)u & jb->mask;
+        if (jb->slot_state[slot]) continue; /* overlap with audio we already hold */
+        memcpy(jb->slot_bytes + slot * jb->stride, h->payload + (u - pos) * bpu, bpu);
+        jb->slot_state[slot] = (uint8_t)((idx + 1) | start_flag);
+        jb->slot_arrival[slot] = now;
+        jb->slot_ts[slot] = h->ts + (uint32_t)((u - pos) * jb->tpu);
+        start_flag = 0;
+        written++;
+    }
+    if (written == 0) {
+        jb->st.packets_duplicate++;
+        return CS_PKT_DUPLICATE;
+    }
+    jb->st.units_late += (uint64_t)(first - pos);
+    jb->st.units_accepted += written;
+    jb->st.total_samples_received += written * jb->spu;
+    if (end >= jb->high_pos) {
+        if (jb->dtx && pos > jb->cng_until) jb->cng_until = pos; /* the gap was silence */
+        jb->high_pos = end;
+        jb->dtx = 0;
+    }
+    return outcome;
+}
+
+int cs_jb_insert(cs_jb *jb, const cs_rtp_header *h, int64_t now_ns) {
+    jb->st.packets_received++;
+    int idx = h->payload_type < 128 ? jb->pt_map[h->payload_type] : -1;
+    if (idx < 0) {
+        jb->st.packets_unknown_pt++;
+        return CS_PKT_UNKNOWN_PT;
+    }
+    int outcome;
+    uint64_t ext = 0;
+    if (!jb->seq.initialised) {
+        cs_seq_start(&jb->seq, h->ssrc, h->seq);
+        outcome = CS_PKT_IN_ORDER;
+    } else if (h->ssrc != jb->seq.ssrc) {
+        jb->st.ssrc_changes++;
+        cs_seq_start(&jb->seq, h->ssrc, h->seq);
+        outcome = CS_PKT_SSRC_CHANGE;
+    } else {
+        outcome = cs_seq_update(&jb->seq, h->seq, &ext);
+        if (outcome == CS_PKT_DUPLICATE) {
+            jb->st.packets_duplicate++;
+            return outcome;
+        }
+        if (outcome == CS_PKT_JUMP) {
+            jb->st.packets_jump++;
+            return outcome;
+        }
+        if (outcome == CS_PKT_RESTART) {
+            jb->st.restarts++;
+            cs_seq_start(&jb->seq, h->ssrc, h->seq);
+        }
+    }
+    jb->st.expected_packets = cs_seq_expected(&jb->seq);
+    jb->st.packets_lost = (int64_t)jb->st.expected_packets - (int64_t)cs_seq_received(&jb->seq);
+    jb->st.ext_highest_seq = jb->seq.cycles + jb->seq.max_seq - 65536u;
+    if (outcome == CS_PKT_RESTART || outcome == CS_PKT_SSRC_CHANGE) jb->reanchor = 1;
+
+    if (jb->paused) {
+        jb->st.packets_paused++;
+        return CS_PKT_PAUSED;
+    }
+    const cs_pt_entry *pe = &jb->cfg.pts[idx];
+    if (pe->codec == CS_CODEC_TELEPHONE_EVENT) {
+        int64_t start_pos = -1;
+        if (jb->anchored && !jb->reanchor && pe->clock_rate == jb->clock_rate) {
+            int misaligned;
+            start_pos = pos_of(jb, unwrap_ts(jb, h->ts, 0), &misaligned);
+        }
+        int r = cs_dtmf_packet(&jb->dtmf, h->payload, h->payload_len, h->ts, pe->clock_rate,
+                               start_pos, now_ns);
+        if (r < 0) {
+            jb->st.packets_bad_payload++;
+            return CS_PKT_BAD_PAYLOAD;
+        }
+        jb->st.packets_dtmf++;
+        jb->st.dtmf_events += (uint64_t)r;
+        return CS_PKT_DTMF;
+    }
+    if (pe->codec == CS_CODEC_CN) {
+        jb->st.packets_cn++;
+        jb->dtx = 1;
+        return CS_PKT_CN;
+    }
+    outcome = insert_audio(jb, h, idx, outcome, now_ns);
+    switch (outcome) {
+    case CS_PKT_IN_ORDER: jb->st.packets_in_order++; break;
+    case CS_PKT_GAP: jb->st.packets_gap++; break;
+    case CS_PKT_REORDERED: jb->st.packets_reordered++; break;
+    default: break;
+    }
+    return outcome;
+}
+
+int cs_jb_insert_datagram(cs_jb *jb, const uint8_t *buf, size_t len, int64_t now_ns) {
+    cs_rtp_header h;
+    int err = cs_rtp_parse(buf, len, &h);
+    if (err != CS_RTP_OK) return -err;
+    return cs_jb_insert(jb, &h, now_ns);
+}

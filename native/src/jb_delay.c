@@ -1,0 +1,84 @@
+/* Target delay from relative arrival delay, after WebRTC NetEQ's current design:
+ * each packet's delay is measured against the fastest packet of the last two seconds
+ * (so clock drift does not inflate it), the maximum per 500 ms goes into a histogram
+ * with exponential forgetting, and the target is its 95th percentile plus one frame. */
+#include <string.h>
+
+#include "jb_parts.h"
+
+#define WINDOW_NS 2000000000LL
+#define INTERVAL_NS 500000000LL
+#define FORGET 0.983
+#define QUANTILE 0.95
+#define FRAME_MS 20u
+
+void cs_delay_init(cs_delay_est *d, uint32_t start_ms, uint32_t min_ms, uint32_t max_ms) {
+    memset(d, 0, sizeof *d);
+    d->min_ms = min_ms;
+    d->max_ms = max_ms < min_ms ? min_ms : max_ms;
+    d->target_ms = start_ms < d->min_ms ? d->min_ms : start_ms > d->max_ms ? d->max_ms : start_ms;
+    d->interval_start_ns = -1;
+}
+
+void cs_delay_rebase(cs_delay_est *d) {
+    d->hist_len = 0;
+    d->hist_head = 0;
+    d->interval_start_ns = -1;
+    d->interval_max_ns = 0;
+}
+
+static void update_target(cs_delay_est *d, int64_t max_rel_ns) {
+    uint32_t b = (uint32_t)(max_rel_ns / (CS_DELAY_BUCKET_MS * 1000000LL));
+    if (b >= CS_DELAY_BUCKETS) b = CS_DELAY_BUCKETS - 1;
+    /* Start fast: the first observations weigh as much as the forgetting allows. */
+    double forget = 1.0 - 1.0 / (double)(d->updates + 2);
+    if (forget > FORGET) forget = FORGET;
+    for (uint32_t i = 0; i < CS_DELAY_BUCKETS; i++) d->buckets[i] *= forget;
+    d->buckets[b] += 1.0 - forget;
+    d->updates++;
+
+    double total = 0.0;
+    for (uint32_t i = 0; i < CS_DELAY_BUCKETS; i++) total += d->buckets[i];
+    double acc = 0.0;
+    uint32_t q = CS_DELAY_BUCKETS - 1;
+    for (uint32_t i = 0; i < CS_DELAY_BUCKETS; i++) {
+        acc += d->buckets[i];
+        if (acc >= QUANTILE * total) {
+            q = i;
+            break;
+        }
+    }
+    uint32_t target = (q + 1) * CS_DELAY_BUCKET_MS + FRAME_MS;
+    if (target < d->min_ms) target = d->min_ms;
+    if (target > d->max_ms) target = d->max_ms;
+    d->target_ms = target;
+}
+
+int64_t cs_delay_packet(cs_delay_est *d, int64_t arrival_ns, int64_t media_ns) {
+    int64_t transit = arrival_ns - media_ns;
+    d->hist_arrival_ns[d->hist_head] = arrival_ns;
+    d->hist_transit_ns[d->hist_head] = transit;
+    d->hist_head = (d->hist_head + 1) % CS_DELAY_WINDOW;
+    if (d->hist_len < CS_DELAY_WINDOW) d->hist_len++;
+
+    int64_t min_transit = transit;
+    for (uint32_t i = 0; i < d->hist_len; i++) {
+        uint32_t k = (d->hist_head + CS_DELAY_WINDOW - 1 - i) % CS_DELAY_WINDOW;
+        if (arrival_ns - d->hist_arrival_ns[k] > WINDOW_NS) break;
+        if (d->hist_transit_ns[k] < min_transit) min_transit = d->hist_transit_ns[k];
+    }
+    int64_t rel = transit - min_transit;
+
+    if (d->interval_start_ns < 0) {
+        d->interval_start_ns = arrival_ns;
+        d->interval_max_ns = rel;
+    } else {
+        if (rel > d->interval_max_ns) d->interval_max_ns = rel;
+        if (arrival_ns - d->interval_start_ns >= INTERVAL_NS) {
+            update_target(d, d->interval_max_ns);
+            d->interval_start_ns = arrival_ns;
+            d->interval_max_ns = 0;
+        }
+    }
+    return rel;
+}
