@@ -135,7 +135,9 @@ void cs_jb_set_paused(cs_jb *jb, int paused) {
 /* Map a new timestamp domain (first packet, restart, SSRC or clock change) so that its
  * first packet lands after everything already buffered: buffered audio drains. */
 static void anchor(cs_jb *jb, uint32_t ts, uint32_t clock_rate) {
-    int64_t base = jb->high_pos;
+    /* The first domain starts one ring length in, so packets that arrive before the
+     * first one still have non-negative positions. */
+    int64_t base = jb->anchored ? jb->high_pos : (int64_t)jb->cap;
     if (jb->anchored && jb->playing) {
         int64_t want = jb->play_pos + (int64_t)cs_jb_target_units(jb);
         if (want > base) base = want;
@@ -273,7 +275,11 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
     jb->st.units_accepted += written;
     jb->st.total_samples_received += written * jb->spu;
     if (end >= jb->high_pos) {
-        if (jb->dtx && pos > jb->cng_until) jb->cng_until = pos; /* the gap was silence */
+        /* A gap before this packet was silence, not loss, if the sender said so (CN)
+         * or skipped timestamps without skipping sequence numbers (VAD suppression). */
+        if ((jb->dtx || (outcome == CS_PKT_IN_ORDER && pos > jb->high_pos)) &&
+            pos > jb->cng_until)
+            jb->cng_until = pos;
         jb->high_pos = end;
         jb->dtx = 0;
     }

@@ -22,7 +22,7 @@
 
 #define ADJUST_INTERVAL_NS 200000000LL
 #define INTERRUPTION_UNITS 60 /* 150 ms, as NetEQ's interruption metric */
-#define LOW_MARGIN_MS 25.0
+#define LOW_MARGIN_MS 15.0
 #define HIGH_MARGIN_MS 60.0 /* or the target itself, whichever is larger */
 #define TROUGH_WINDOW_PULLS 50u
 #define UNIT_MS 2.5
@@ -56,10 +56,12 @@ static void decode_unit(const cs_jb *jb, uint64_t slot, int16_t *out) {
     }
 }
 
+#define NONE INT64_MIN
+
 static int64_t next_present(const cs_jb *jb, int64_t from, int64_t to) {
     for (int64_t u = from; u < to; u++)
         if (jb->slot_state[(uint64_t)u & jb->mask]) return u;
-    return -1;
+    return NONE;
 }
 
 static void conceal_units(cs_jb *jb, uint32_t units) {
@@ -188,7 +190,6 @@ int cs_jb_pull(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
     int64_t next = next_present(jb, jb->play_pos, jb->high_pos);
     if (next >= jb->play_pos + CS_UNITS_PER_FRAME && next - jb->play_pos > target_u + 8) {
         jb->play_pos = next - target_u; /* only empty units lie in between */
-        jb->cng_until = next;          /* and what is left of the gap is silence */
         jb->st.resyncs++;
         jb->level_filt_ms = (double)(jb->high_pos - jb->play_pos) * UNIT_MS;
     }
@@ -205,7 +206,7 @@ int cs_jb_pull(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
     jb->st.buffer_level_ms = (uint64_t)level_ms;
     jb->st.target_delay_ms = jb->delay.target_ms;
 
-    if (next < 0 && !jb->dtx) {
+    if (next == NONE && !jb->dtx) {
         if ((uint64_t)jb->hold_run * 20u < jb->delay.max_ms) return hold(jb, pcm, info, 1);
         return emit(jb, now, pcm, info); /* quiet sender: let the playout point move on */
     }
