@@ -18,7 +18,7 @@ SRC = HERE / "src"
 _CDEF_RE = re.compile(r"/\*\s*CDEF BEGIN\s*\*/(.*?)/\*\s*CDEF END\s*\*/", re.S)
 
 # Headers in dependency order: cffi needs a type declared before it is used.
-HEADERS = ["cs_common.h", "g711.h", "rtp.h", "jb.h", "srclock.h", "ingest.h"]
+HEADERS = ["cs_common.h", "g711.h", "rtp.h", "jb.h", "jb_bench.h", "srclock.h", "ingest.h"]
 
 
 def _cdef_text() -> str:
@@ -42,8 +42,14 @@ ffibuilder.set_source(
     "\n".join(f'#include "{h}"' for h in HEADERS if (SRC / h).exists()),
     sources=_sources(),
     include_dirs=[str(SRC.relative_to(HERE.parent))],
-    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-fno-strict-aliasing"]
-    + os.environ.get("CALLSHIELD_CFLAGS", "").split(),
+    extra_compile_args=[
+        "-O2",
+        "-std=gnu11",
+        "-Wall",
+        "-Wextra",
+        "-fno-strict-aliasing",
+        *os.environ.get("CALLSHIELD_CFLAGS", "").split(),
+    ],
     libraries=["pthread"],
 )
 

@@ -21,7 +21,8 @@ def add_parser(sub: Any, name: str) -> None:
     bench_sub.required = True
     for bench_name, module_name in BENCHMARKS.items():
         module = importlib.import_module(module_name)
-        bench_parser = bench_sub.add_parser(bench_name, help=module.__doc__.splitlines()[0])
+        summary = (module.__doc__ or bench_name).strip().splitlines()[0]
+        bench_parser = bench_sub.add_parser(bench_name, help=summary)
         bench_parser.add_argument(
             "--json", action="store_true", help="print the result as one JSON document"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import wave
 from pathlib import Path
 
@@ -58,4 +59,4 @@ def flags(result: SimResult) -> list[FrameFlag]:
 def assert_positions_advance(result: SimResult) -> None:
     """Frames carrying received audio have strictly increasing stream positions."""
     positions = [f.pos for f in result.frames if f.real_mask]
-    assert all(b > a for a, b in zip(positions, positions[1:], strict=False)), positions
+    assert all(b > a for a, b in itertools.pairwise(positions)), positions

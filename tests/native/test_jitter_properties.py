@@ -3,6 +3,8 @@ invariants that must hold for any packet schedule (hypothesis generates the sche
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -10,8 +12,8 @@ from hypothesis import strategies as st
 from native.codec import build_rtp, ulaw_decode, ulaw_encode
 from native.jitter import ACCEPTED, FrameFlag, JitterBuffer, JitterConfig, PacketOutcome
 from native.sim import FRAME_NS, simulate
-from tests.native.jb_reference import SeqReference
 from tests.native.jb_helpers import MS, tone
+from tests.native.jb_reference import SeqReference
 
 _OUTCOME_NAMES = {
     PacketOutcome.IN_ORDER: "in_order",
@@ -108,19 +110,27 @@ def test_every_packet_has_one_fate_and_audio_lands_where_it_belongs(
     # every packet ends in exactly one of played / late / duplicate / dropped / flushed
     outcomes = list(result.outcomes.values())
     accepted = sum(1 for o in outcomes if o in ACCEPTED)
-    assert accepted == stats["packets_played"] + stats["packets_flushed"] + stats[
-        "packets_dropped"
-    ], "accepted audio packets must all be accounted for once drained"
+    assert (
+        accepted == stats["packets_played"] + stats["packets_flushed"] + stats["packets_dropped"]
+    ), "accepted audio packets must all be accounted for once drained"
     assert stats["packets_late"] == sum(1 for o in outcomes if o == PacketOutcome.LATE)
     assert stats["packets_duplicate"] == sum(1 for o in outcomes if o == PacketOutcome.DUPLICATE)
     assert len(outcomes) == stats["packets_received"]
     # positions of frames carrying received audio strictly advance
     positions = [f.pos for f in result.frames if f.real_mask]
-    assert all(b > a for a, b in zip(positions, positions[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(positions))
     # and every real sample is the source sample its RTP timestamp names
     source = ulaw_decode(ulaw_encode(tone(n * 0.02)))
-    ts0 = (schedule[0][2][4] << 24 | schedule[0][2][5] << 16 | schedule[0][2][6] << 8
-           | schedule[0][2][7]) if schedule else 0
+    ts0 = (
+        (
+            schedule[0][2][4] << 24
+            | schedule[0][2][5] << 16
+            | schedule[0][2][6] << 8
+            | schedule[0][2][7]
+        )
+        if schedule
+        else 0
+    )
     first_index = min(i % 10_000 for _, i, _ in schedule) if schedule else 0
     base_ts = (ts0 - _index_of(schedule[0][1]) * 160) % 2**32 if schedule else 0
     del first_index
@@ -128,7 +138,7 @@ def test_every_packet_has_one_fate_and_audio_lands_where_it_belongs(
         if not frame.real_mask:
             continue
         assert frame.rtp_ts is not None
-        start = ((frame.rtp_ts - base_ts) % 2**32)
+        start = (frame.rtp_ts - base_ts) % 2**32
         for k in range(8):
             if frame.real_mask >> k & 1:
                 got = frame.pcm[k * 20 : (k + 1) * 20]

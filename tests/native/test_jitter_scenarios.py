@@ -84,7 +84,7 @@ def switch_at(half: int, **second: int) -> Callable[[], Schedule]:
         payload = ulaw_encode(PCM)
         for p in PACKETS[half:]:
             seq = (second.get("seq0", p.seq) + (p.index - half if "seq0" in second else 0)) & 0xFFFF
-            ts = (second.get("ts0", p.ts) + (p.index - half) * 160 if "ts0" in second else p.ts)
+            ts = second.get("ts0", p.ts) + (p.index - half) * 160 if "ts0" in second else p.ts
             datagram = build_rtp(
                 payload[p.index * 160 : (p.index + 1) * 160],
                 seq=seq,
@@ -104,38 +104,88 @@ def pcma_second_half() -> Schedule:
     out = fixed_delay(PACKETS[: N // 2])
     payload = alaw_encode(PCM)
     for p in PACKETS[N // 2 :]:
-        datagram = build_rtp(payload[p.index * 160 : (p.index + 1) * 160], seq=p.seq, ts=p.ts,
-                             ssrc=0x1234ABCD, payload_type=8)
+        datagram = build_rtp(
+            payload[p.index * 160 : (p.index + 1) * 160],
+            seq=p.seq,
+            ts=p.ts,
+            ssrc=0x1234ABCD,
+            payload_type=8,
+        )
         out.append((p.send_ns + 5 * MS, p.index, datagram))
     return out
 
 
 CASES = [
-    Case("ideal", ideal, {"packets_played": N, "concealment_events": 0, "packets_lost": 0},
-         concealed_frames=0),
-    Case("every packet twice", duplicates, {"packets_duplicate": N, "packets_played": N},
-         concealed_frames=0),
-    Case("adjacent pairs swapped", reordered_pairs,
-         {"packets_reordered": N // 2, "packets_played": N, "packets_late": 0}, concealed_frames=0),
-    Case("seq wrap at 65535", restamped(seq0=65500),
-         {"packets_played": N, "restarts": 0, "packets_lost": 0, "ext_highest_seq": 65500 + N - 1}),
-    Case("ts wrap at 2^32", restamped(ts0=0xFFFFFF00),
-         {"packets_played": N, "resyncs": 0, "packets_late": 0}, concealed_frames=0),
+    Case(
+        "ideal",
+        ideal,
+        {"packets_played": N, "concealment_events": 0, "packets_lost": 0},
+        concealed_frames=0,
+    ),
+    Case(
+        "every packet twice",
+        duplicates,
+        {"packets_duplicate": N, "packets_played": N},
+        concealed_frames=0,
+    ),
+    Case(
+        "adjacent pairs swapped",
+        reordered_pairs,
+        {"packets_reordered": N // 2, "packets_played": N, "packets_late": 0},
+        concealed_frames=0,
+    ),
+    Case(
+        "seq wrap at 65535",
+        restamped(seq0=65500),
+        {"packets_played": N, "restarts": 0, "packets_lost": 0, "ext_highest_seq": 65500 + N - 1},
+    ),
+    Case(
+        "ts wrap at 2^32",
+        restamped(ts0=0xFFFFFF00),
+        {"packets_played": N, "resyncs": 0, "packets_late": 0},
+        concealed_frames=0,
+    ),
     Case("60 ms packets", multi_frame(60), {"packets_played": len(PCM) // 480}, concealed_frames=0),
     Case("10 ms packets", multi_frame(10), {"packets_played": len(PCM) // 80}, concealed_frames=0),
-    Case("single loss", drop({50}), {"packets_lost": 1, "concealment_events": 1,
-         "concealed_samples": 160, "interruption_count": 0}, complete=False, concealed_frames=1),
+    Case(
+        "single loss",
+        drop({50}),
+        {
+            "packets_lost": 1,
+            "concealment_events": 1,
+            "concealed_samples": 160,
+            "interruption_count": 0,
+        },
+        complete=False,
+        concealed_frames=1,
+    ),
     # Concealment covers the hole; when the audio behind it arrives the playout point may
     # skip the rest of the hole to return to target, so 8 to 10 frames are concealed.
-    Case("burst loss of 10", drop(set(range(50, 60))),
-         {"packets_lost": 10, "concealment_events": 1, "interruption_count": 1},
-         complete=False, concealed_frames=(8, 10)),
-    Case("one packet 900 ms late", late_one, {"packets_late": 1, "packets_played": N - 1},
-         complete=False, concealed_frames=1),
-    Case("SSRC switch mid-call", switch_at(N // 2, ssrc=0xBEEF, seq0=7, ts0=999),
-         {"ssrc_changes": 1, "packets_played": N, "packets_late": 0, "packets_lost": 0}),
-    Case("seq restart (jump confirmed by a second packet)", switch_at(N // 2, seq0=30000),
-         {"restarts": 1, "packets_jump": 1, "packets_played": N - 1}, complete=False),
+    Case(
+        "burst loss of 10",
+        drop(set(range(50, 60))),
+        {"packets_lost": 10, "concealment_events": 1, "interruption_count": 1},
+        complete=False,
+        concealed_frames=(8, 10),
+    ),
+    Case(
+        "one packet 900 ms late",
+        late_one,
+        {"packets_late": 1, "packets_played": N - 1},
+        complete=False,
+        concealed_frames=1,
+    ),
+    Case(
+        "SSRC switch mid-call",
+        switch_at(N // 2, ssrc=0xBEEF, seq0=7, ts0=999),
+        {"ssrc_changes": 1, "packets_played": N, "packets_late": 0, "packets_lost": 0},
+    ),
+    Case(
+        "seq restart (jump confirmed by a second packet)",
+        switch_at(N // 2, seq0=30000),
+        {"restarts": 1, "packets_jump": 1, "packets_played": N - 1},
+        complete=False,
+    ),
     Case("PCMU to PCMA", pcma_second_half, {"payload_type_changes": 1, "packets_played": N}),
 ]
 
@@ -163,8 +213,10 @@ def test_scenario(case: Case) -> None:
     if case.concealed_frames is not None:
         last_real = max(i for i, f in enumerate(result.frames) if f.real_mask)
         before_end = Counter(flags(result)[: last_real + 1])
-        lo, hi = (case.concealed_frames,) * 2 if isinstance(case.concealed_frames, int) else (
-            case.concealed_frames
+        lo, hi = (
+            (case.concealed_frames,) * 2
+            if isinstance(case.concealed_frames, int)
+            else (case.concealed_frames)
         )
         assert lo <= before_end[FrameFlag.CONCEALED] <= hi
 
@@ -199,12 +251,20 @@ def test_dtx_with_comfort_noise_is_not_loss() -> None:
     """Talk, CN packet, 2 s of nothing (timestamps run on), talk again."""
     first = g711_stream(PCM[:8000])  # 1 s
     gap_packets = 100  # 2 s
-    second = g711_stream(PCM[8000:16000], seq0=1000 + len(first) + 1,
-                         ts0=160_000 + (len(first) + gap_packets) * 160,
-                         start_ns=(len(first) + gap_packets) * 20 * MS)
-    cn = build_rtp(bytes([40]), seq=1000 + len(first), ts=160_000 + len(first) * 160,
-                   ssrc=0x1234ABCD, payload_type=13)
-    schedule = fixed_delay(first) + [(len(first) * 20 * MS + 5 * MS, 10_000, cn)]
+    second = g711_stream(
+        PCM[8000:16000],
+        seq0=1000 + len(first) + 1,
+        ts0=160_000 + (len(first) + gap_packets) * 160,
+        start_ns=(len(first) + gap_packets) * 20 * MS,
+    )
+    cn = build_rtp(
+        bytes([40]),
+        seq=1000 + len(first),
+        ts=160_000 + len(first) * 160,
+        ssrc=0x1234ABCD,
+        payload_type=13,
+    )
+    schedule = [*fixed_delay(first), (len(first) * 20 * MS + 5 * MS, 10000, cn)]
     schedule += [(p.send_ns + 5 * MS, 20_000 + p.index, p.datagram) for p in second]
     jb = new_jb()
     result = simulate(jb, schedule, until_ns=4500 * MS)
@@ -223,8 +283,9 @@ def test_dtx_with_comfort_noise_is_not_loss() -> None:
 def test_silence_suppression_without_cn_resyncs() -> None:
     """A sender that just stops (no CN) and resumes 3 s later with the timestamp jump."""
     first = g711_stream(PCM[:8000])
-    second = g711_stream(PCM[8000:16000], seq0=1000 + len(first), ts0=160_000 + 200 * 160,
-                         start_ns=200 * 20 * MS)
+    second = g711_stream(
+        PCM[8000:16000], seq0=1000 + len(first), ts0=160_000 + 200 * 160, start_ns=200 * 20 * MS
+    )
     jb = new_jb()
     result = simulate(jb, fixed_delay(first) + fixed_delay(second), until_ns=5400 * MS)
     stats = jb.stats()
@@ -244,8 +305,13 @@ def test_ptime_change_20_60_10() -> None:
         n = ptime * 8
         if pos + n > len(payload):
             break
-        out.append((pos * 125_000 + 5 * MS, i,
-                    build_rtp(payload[pos : pos + n], seq=seq, ts=1000 + pos, ssrc=9)))
+        out.append(
+            (
+                pos * 125_000 + 5 * MS,
+                i,
+                build_rtp(payload[pos : pos + n], seq=seq, ts=1000 + pos, ssrc=9),
+            )
+        )
         pos, seq, i = pos + n, seq + 1, i + 1
     jb = new_jb()
     result = simulate(jb, out, until_ns=END)
@@ -257,8 +323,10 @@ def test_ptime_change_20_60_10() -> None:
 
 def test_overflow_flushes_to_target_and_stays_bounded() -> None:
     """A network stall mid-call releases 5 s of packets at once (more than the ring)."""
-    schedule = [(6005 * MS if 50 <= a[1] < 300 else a[0], a[1], a[2])
-                for a in fixed_delay(g711_stream(tone(8.0)))]
+    schedule = [
+        (6005 * MS if 50 <= a[1] < 300 else a[0], a[1], a[2])
+        for a in fixed_delay(g711_stream(tone(8.0)))
+    ]
     jb = new_jb()
     result = simulate(jb, schedule, until_ns=9000 * MS)
     stats = jb.stats()
@@ -312,8 +380,9 @@ def test_clock_drift_for_an_hour(ratio: float) -> None:
 def test_jitter_raises_the_target_and_keeps_late_packets_rare() -> None:
     rng = np.random.default_rng(7)
     delays = rng.gamma(2.0, 15.0, N) * MS  # mean 30 ms, long tail
-    schedule = [(p.send_ns + int(d), p.index, p.datagram) for p, d in zip(PACKETS, delays,
-                                                                        strict=True)]
+    schedule = [
+        (p.send_ns + int(d), p.index, p.datagram) for p, d in zip(PACKETS, delays, strict=True)
+    ]
     jb = new_jb()
     result = simulate(jb, schedule, until_ns=END)
     stats = jb.stats()
@@ -325,8 +394,9 @@ def test_jitter_raises_the_target_and_keeps_late_packets_rare() -> None:
 def test_steady_jitter_stays_below_ceiling() -> None:
     jb = new_jb(max_delay_ms=120)
     delays = np.random.default_rng(3).uniform(0, 300, N) * MS
-    schedule = [(p.send_ns + int(d), p.index, p.datagram) for p, d in zip(PACKETS, delays,
-                                                                        strict=True)]
+    schedule = [
+        (p.send_ns + int(d), p.index, p.datagram) for p, d in zip(PACKETS, delays, strict=True)
+    ]
     simulate(jb, schedule, until_ns=END)
     assert jb.stats()["target_delay_ms"] == 120
 

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Install everything CallShield's build and tests need, from a clean Debian 12 machine:
+#   1. Debian packages (apt), skipping those already installed;
+#   2. a Python 3.11 virtual environment in .venv (created if missing);
+#   3. `pip install -e '.[dev]'`, which also compiles the native C core with cffi
+#      (setup.py's cffi_modules) into native/_cs_native*.so.
+#
+# Usage (from anywhere; it works on the repository this script lives in):
+#   .ci/install.sh
+# Environment:
+#   PYTHON=/path/to/python3.11   interpreter for a new .venv (default: python3.11)
+#   CALLSHIELD_SKIP_APT=1        skip step 1 (no root / packages managed elsewhere)
+#   CALLSHIELD_CFLAGS="..."      extra C flags for the native build (native/build_native.py)
+#
+# Re-running is cheap and safe: it is also how you rebuild the native core after
+# editing native/src/*.c (an editable install does not rebuild C on import).
+set -euo pipefail
+
+# Debian packages the build and the tests need. Later issues extend this list; keep one
+# package per line so diffs stay readable.
+#   clang, libfuzzer-14-dev, libclang-rt-14-dev: libFuzzer and ASan/UBSan/LSan for native/
+#   sip-tester:   SIPp, a real SIP peer for the bridge's tests
+#   redis-server: the bus; tests start their own instance on 127.0.0.1
+#   sox, espeak-ng: real and synthetic speech fixtures
+APT_PACKAGES=(
+    clang
+    libfuzzer-14-dev
+    libclang-rt-14-dev
+    sip-tester
+    redis-server
+    sox
+    espeak-ng
+)
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+VENV="$REPO_ROOT/.venv"
+PYTHON="${PYTHON:-python3.11}"
+
+export DEBIAN_FRONTEND=noninteractive
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_NO_INPUT=1
+
+log() { printf '[install] %s\n' "$*"; }
+die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# --- 1. Debian packages -------------------------------------------------------------
+is_installed() {
+    # dpkg -s alone also succeeds for removed packages whose config files remain.
+    [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
+}
+
+install_apt_packages() {
+    if [[ "${CALLSHIELD_SKIP_APT:-0}" == "1" ]]; then
+        log "CALLSHIELD_SKIP_APT=1: not touching Debian packages"
+        return
+    fi
+    command -v dpkg-query >/dev/null || die "dpkg-query not found: this script expects Debian 12"
+    local missing=() pkg
+    for pkg in "${APT_PACKAGES[@]}"; do
+        is_installed "$pkg" || missing+=("$pkg")
+    done
+    if ((${#missing[@]} == 0)); then
+        log "Debian packages: all ${#APT_PACKAGES[@]} already installed"
+        return
+    fi
+    local sudo=()
+    if [[ "$(id -u)" != "0" ]]; then
+        command -v sudo >/dev/null || die "not root and no sudo: install ${missing[*]} by hand"
+        sudo=(sudo)
+    fi
+    log "Debian packages to install: ${missing[*]}"
+    "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 update -q
+    "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends \
+        "${missing[@]}"
+    for pkg in "${missing[@]}"; do
+        is_installed "$pkg" || die "Debian package $pkg did not install"
+    done
+}
+
+# --- 2. virtual environment ----------------------------------------------------------
+ensure_venv() {
+    if [[ -x "$VENV/bin/python" ]] &&
+        "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null
+    then
+        log ".venv: reusing $("$VENV/bin/python" --version)"
+        return
+    fi
+    command -v "$PYTHON" >/dev/null || die "$PYTHON not found (set PYTHON=/path/to/python3.11)"
+    if [[ -e "$VENV" ]]; then
+        log ".venv exists but is not a working Python 3.11 venv: recreating it"
+        rm -rf "$VENV"
+    fi
+    log "creating .venv with $("$PYTHON" --version)"
+    "$PYTHON" -m venv "$VENV"
+}
+
+# --- 3. the package, its dev extras and the native core ----------------------------
+install_python_package() {
+    log "pip install -e '.[dev]' (compiles native/src/*.c via cffi)"
+    # The module must be (re)built by this very install: a stale one from an earlier build
+    # would hide a compile that went elsewhere or not at all.
+    local marker so
+    marker="$(mktemp)"
+    sleep 1 # mtime granularity: anything built from here on is strictly newer
+    "$VENV/bin/python" -m pip install -q -e '.[dev]'
+
+    so="$(find native -maxdepth 1 -name '_cs_native*.so' -newer "$marker" -print -quit)"
+    [[ -n "$so" ]] || die "pip install -e did not (re)build native/_cs_native*.so"
+    log "native core built: $so"
+    # A module left from an older build under another suffix (.cpython-311-*.so is tried
+    # before .abi3.so) would shadow the new one: remove any that this install did not write.
+    find native -maxdepth 1 -name '_cs_native*.so' ! -newer "$marker" -print -delete |
+        sed 's/^/[install] removed stale /'
+    rm -f "$marker"
+
+    # Import it from outside the source tree, as the tests will, to catch unresolved
+    # symbols (a header declaring a function that no .c file defines) right here.
+    if ! (cd / && "$VENV/bin/python" -c 'import native._cs_native, native'); then
+        die "native core built but does not load (see the error above)"
+    fi
+    log "native core loads"
+}
+
+install_apt_packages
+ensure_venv
+install_python_package
+log "done: activate with 'source .venv/bin/activate'"
