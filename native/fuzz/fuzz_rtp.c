@@ -1,0 +1,60 @@
+/* libFuzzer target: RTP and RTCP parsing (native/src/rtp.c).
+ *
+ * Feeds each input to cs_rtp_parse and cs_rtcp_parse, checks the invariants of a
+ * successful parse, and decodes the returned payload view with G.711 so ASan checks that
+ * the view lies inside the input. Build and run with native/fuzz/run_fuzz.sh. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "g711.h"
+#include "rtp.h"
+
+#define FUZZ_ASSERT(cond)                                                                \
+    do {                                                                                 \
+        if (!(cond))                                                                     \
+            __builtin_trap();                                                            \
+    } while (0)
+
+static void check_rtp(const uint8_t *data, size_t size)
+{
+    cs_rtp_header h;
+    int rc = cs_rtp_parse(data, size, &h);
+    FUZZ_ASSERT(rc >= 0 && rc < CS_RTP_ERR_COUNT);
+    FUZZ_ASSERT((rc == CS_RTP_ERR_RTCP) == (cs_rtp_is_rtcp(data, size) != 0));
+    if (rc != CS_RTP_OK)
+        return;
+    FUZZ_ASSERT(h.header_len >= 12u + 4u * h.csrc_count);
+    FUZZ_ASSERT((size_t)h.header_len + h.payload_len <= size);
+    FUZZ_ASSERT(h.payload == data + h.header_len);
+    FUZZ_ASSERT(h.has_extension || h.ext_len == 0);
+
+    int16_t pcm[256];
+    size_t n = h.payload_len < 256 ? h.payload_len : 256;
+    cs_ulaw_decode(h.payload + h.payload_len - n, pcm, n); /* touches the view's last byte */
+    cs_alaw_decode(h.payload, pcm, n);
+}
+
+static void check_rtcp(const uint8_t *data, size_t size)
+{
+    cs_rtcp_summary s;
+    int rc = cs_rtcp_parse(data, size, &s);
+    FUZZ_ASSERT(rc >= 0 && rc < CS_RTCP_ERR_COUNT);
+    FUZZ_ASSERT(s.n_sr <= CS_RTCP_MAX_SR && s.n_reports <= CS_RTCP_MAX_REPORTS);
+    if (rc == CS_RTCP_OK) {
+        FUZZ_ASSERT(size % 4 == 0 && s.n_packets >= 1);
+        FUZZ_ASSERT(s.n_packets * 4u <= size);
+    }
+    for (uint32_t i = 0; i < s.n_reports; i++) {
+        int32_t lost = s.reports[i].cumulative_lost;
+        FUZZ_ASSERT(lost >= -8388608 && lost <= 8388607);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    check_rtp(data, size);
+    check_rtcp(data, size);
+    return 0;
+}
