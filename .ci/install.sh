@@ -30,6 +30,7 @@ APT_PACKAGES=(
     redis-server
     sox
     espeak-ng
+    asterisk-core-sounds-en-wav
 )
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
