@@ -51,6 +51,10 @@ class PacketOutcome(IntEnum):
     MALFORMED = 0  # the RTP header itself was rejected (see rtp_error)
 
 
+# Indexed by the C return value: an enum lookup without constructing one per packet.
+_OUTCOME_BY_CODE: tuple[PacketOutcome, ...] = tuple(sorted(PacketOutcome, key=lambda o: o.value))
+assert [o.value for o in _OUTCOME_BY_CODE] == list(range(len(_OUTCOME_BY_CODE)))
+
 ACCEPTED = frozenset(
     {
         PacketOutcome.IN_ORDER,
@@ -160,22 +164,27 @@ class JitterBuffer:
         self._info: Any = ffi.new("cs_frame_info *")
         self._stats: Any = lib.cs_jb_get_stats(self._jb)
         self.rtp_error = 0
+        self._pcm_array: npt.NDArray[np.int16] | None = None
+        self._pcm_ptr: Any = None
 
     def insert(self, datagram: bytes, now_ns: int) -> PacketOutcome:
         """Parse and insert one RTP datagram; a bad header is MALFORMED (see rtp_error)."""
-        result = int(lib.cs_jb_insert_datagram(self._jb, datagram, len(datagram), now_ns))
+        result: int = lib.cs_jb_insert_datagram(self._jb, datagram, len(datagram), now_ns)
         if result < 0:
             self.rtp_error = -result
             return PacketOutcome.MALFORMED
-        return PacketOutcome(result)
+        return _OUTCOME_BY_CODE[result]
 
     def pull_into(self, now_ns: int, pcm: npt.NDArray[np.int16]) -> int:
         """Pull one frame into `pcm` (int16, samples_per_frame long); returns the flag.
         Frame metadata is in `last_info` until the next pull."""
-        if pcm.dtype != np.int16 or pcm.size < self.samples_per_frame:
-            raise ValueError("pull_into: pcm must be int16 with samples_per_frame samples")
-        ptr = ffi.cast("int16_t *", ffi.from_buffer(pcm, require_writable=True))
-        return int(lib.cs_jb_pull(self._jb, now_ns, ptr, self._info))
+        if pcm is not self._pcm_array:  # wrap a new buffer once, then reuse the pointer
+            if pcm.dtype != np.int16 or pcm.size < self.samples_per_frame:
+                raise ValueError("pull_into: pcm must be int16 with samples_per_frame samples")
+            self._pcm_ptr = ffi.cast("int16_t *", ffi.from_buffer(pcm, require_writable=True))
+            self._pcm_array = pcm
+        flag: int = lib.cs_jb_pull(self._jb, now_ns, self._pcm_ptr, self._info)
+        return flag
 
     @property
     def last_info(self) -> Any:

@@ -29,12 +29,12 @@ uint64_t cs_seq_expected(const cs_seq_state *s);
 uint64_t cs_seq_received(const cs_seq_state *s);
 
 /* ---- NetEQ-style target delay from relative arrival delay (jb_delay.c) ---------- */
-enum { CS_DELAY_WINDOW = 128, CS_DELAY_BUCKETS = 100, CS_DELAY_BUCKET_MS = 10 };
+enum { CS_DELAY_WINDOW = 128 /* power of two */, CS_DELAY_BUCKETS = 100, CS_DELAY_BUCKET_MS = 10 };
 
 typedef struct {
     int64_t hist_arrival_ns[CS_DELAY_WINDOW];
     int64_t hist_transit_ns[CS_DELAY_WINDOW]; /* arrival - media time */
-    uint32_t hist_head;
+    uint32_t hist_head;        /* monotonic deque of (arrival, transit) */
     uint32_t hist_len;
     int64_t interval_start_ns;
     int64_t interval_max_ns;
