@@ -1,0 +1,443 @@
+"""RTP ingest: a C receiver thread feeding per-leg jitter buffers, pulled in one batch.
+
+``Ingest`` wraps ``native/src/ingest.h``. The C thread waits in epoll on every stream's
+UDP socket, drains ready sockets with ``recvmmsg``, stamps each datagram with the
+kernel's receive time (``SO_TIMESTAMPNS``, converted to ``time.monotonic_ns()``'s clock),
+parses the RTP header, applies the per-stream source lock (RTP Bleed) and inserts into
+the stream's jitter buffer. Python never sees a packet: it calls :meth:`Ingest.pull_all`
+on its 20 ms clock and gets numpy views of one preallocated PCM array and one
+frame-info array, for every stream at once.
+
+Sockets: :meth:`Ingest.add_stream` takes a bound UDP socket (or a port to bind). The C
+side keeps its own duplicate of the descriptor and closes it on removal, so the
+caller's socket may be closed at any time; the port stays bound until the stream is
+removed. This wrapper is meant for one controlling thread (add/remove/pull); the C
+calls release the GIL and lock per stream.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from native import ffi, lib
+
+__all__ = [
+    "FRAME_INFO_DTYPE",
+    "Ingest",
+    "IngestError",
+    "LatencyHistogram",
+    "PayloadType",
+    "PulledFrames",
+    "frame_flag_name",
+]
+
+_CODECS: dict[str, int] = {
+    "PCMU": lib.CS_CODEC_PCMU,
+    "PCMA": lib.CS_CODEC_PCMA,
+    "L16": lib.CS_CODEC_L16,
+    "CN": lib.CS_CODEC_CN,
+    "telephone-event": lib.CS_CODEC_TELEPHONE_EVENT,
+}
+_FLAG_NAMES = {
+    lib.CS_FRAME_NOT_STARTED: "not_started",
+    lib.CS_FRAME_NORMAL: "normal",
+    lib.CS_FRAME_CONCEALED: "concealed",
+    lib.CS_FRAME_CNG: "cng",
+    lib.CS_FRAME_PAUSED: "paused",
+}
+_NUMPY_OF_C = {
+    "int8_t": "i1",
+    "uint8_t": "u1",
+    "int16_t": "i2",
+    "uint16_t": "u2",
+    "int32_t": "i4",
+    "uint32_t": "u4",
+    "int64_t": "i8",
+    "uint64_t": "u8",
+}
+
+
+def _struct_dtype(ctype: str) -> np.dtype[np.void]:
+    """A numpy structured dtype laid out exactly like the C struct (offsets from cffi)."""
+    ct = ffi.typeof(ctype)
+    names, formats, offsets = [], [], []
+    for name, field in ct.fields:
+        names.append(name)
+        formats.append(_NUMPY_OF_C[field.type.cname])
+        offsets.append(field.offset)
+    spec = {"names": names, "formats": formats, "offsets": offsets, "itemsize": ffi.sizeof(ct)}
+    return np.dtype(spec)  # type: ignore[call-overload, no-any-return]
+
+
+FRAME_INFO_DTYPE = _struct_dtype("cs_frame_info")
+_RTP_ERRORS = [ffi.string(lib.cs_rtp_error_name(i)).decode() for i in range(lib.CS_RTP_ERR_COUNT)]
+
+
+def frame_flag_name(flag: int) -> str:
+    """snake_case name of a CS_FRAME_* flag."""
+    return _FLAG_NAMES.get(flag, "unknown")
+
+
+class IngestError(OSError):
+    """A C ingest call failed; ``errno`` holds the error number it returned."""
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        name = errno.errorcode.get(-rc, str(-rc))
+        raise IngestError(-rc, f"{what}: {name} ({os.strerror(-rc)})")
+    return rc
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadType:
+    """One entry of a stream's payload-type table (from the SDP rtpmap)."""
+
+    pt: int
+    codec: str  # PCMU, PCMA, L16, CN, telephone-event
+    clock_rate: int = 8000
+    channels: int = 1
+
+
+DEFAULT_PAYLOAD_TYPES = (
+    PayloadType(0, "PCMU"),
+    PayloadType(8, "PCMA"),
+    PayloadType(13, "CN"),
+    PayloadType(101, "telephone-event"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PulledFrames:
+    """One batch pull. Arrays are views into buffers reused by the next pull.
+
+    ``pcm[i, :infos["samples"][i]]`` is stream ``ids[i]``'s 20 ms frame; ``infos`` has the
+    fields of ``cs_frame_info`` (flag, real_mask, samples, concealed_samples, ...).
+    """
+
+    ids: npt.NDArray[np.int32]
+    pcm: npt.NDArray[np.int16]
+    infos: npt.NDArray[np.void]
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyHistogram:
+    """Arrival (kernel timestamp) to jitter-buffer insert, as fixed buckets.
+
+    ``upper_ns[i]`` is the exclusive upper edge of ``counts[i]`` (1 µs buckets to 1 ms,
+    then powers of two in ms; the last bucket is unbounded).
+    """
+
+    counts: npt.NDArray[np.uint64]
+    upper_ns: npt.NDArray[np.float64]
+    count: int
+    sum_ns: int
+    max_ns: int
+    negative: int
+
+    def percentile_ns(self, q: float) -> float:
+        """Upper edge of the bucket holding the q-th percentile (0 < q <= 100)."""
+        if self.count == 0:
+            return float("nan")
+        rank = q / 100.0 * self.count
+        idx = int(np.searchsorted(np.cumsum(self.counts), rank, side="left"))
+        return float(min(self.upper_ns[min(idx, self.upper_ns.size - 1)], self.max_ns))
+
+
+def _upper_edges() -> npt.NDArray[np.float64]:
+    fine = np.arange(1, 1001, dtype=np.float64) * 1e3
+    tail = np.array([2.0 ** (k + 1) * 1e6 for k in range(11)] + [np.inf])
+    return np.concatenate([fine, tail])
+
+
+def _to_python(value: Any) -> Any:
+    """A cffi struct/array/int as plain Python (dict/list/int)."""
+    if isinstance(value, int):
+        return value
+    ct = ffi.typeof(value)
+    if ct.kind == "struct":
+        return {name: _to_python(getattr(value, name)) for name, _ in ct.fields}
+    if ct.kind == "array":
+        return [_to_python(v) for v in value]
+    return value
+
+
+def _fill_addr(addr: Any, host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    raw = socket.inet_pton(family, host)
+    if family == socket.AF_INET6 and raw[:12] == b"\0" * 10 + b"\xff\xff":
+        raw = raw[12:]
+    addr.family = 4 if len(raw) == 4 else 6
+    addr.port = port
+    ffi.memmove(addr.addr, raw, len(raw))
+
+
+class Ingest:
+    """The RTP receive thread and its streams; a context manager (start/stop)."""
+
+    def __init__(
+        self,
+        max_streams: int = 1024,
+        *,
+        rcvbuf_bytes: int = 4 << 20,
+        batch: int = 32,
+        max_batches: int = 4,
+        max_datagram: int = 2048,
+        max_frame_samples: int = 960,
+    ) -> None:
+        cfg = ffi.new("cs_ingest_config *")
+        lib.cs_ingest_default_config(cfg)
+        cfg.max_streams, cfg.rcvbuf_bytes = max_streams, rcvbuf_bytes
+        cfg.batch, cfg.max_batches, cfg.max_datagram = batch, max_batches, max_datagram
+        ptr = lib.cs_ingest_new(cfg)
+        if ptr == ffi.NULL:
+            raise ValueError(
+                f"cs_ingest_new rejected the configuration (max_streams={max_streams})"
+            )
+        self._ing: Any = ffi.gc(ptr, lib.cs_ingest_free)
+        self._max_streams = max_streams
+        self._pcm = np.zeros(max_streams * max_frame_samples, dtype=np.int16)
+        self._infos = np.zeros(max_streams, dtype=FRAME_INFO_DTYPE)
+        self._ids = np.zeros(max_streams, dtype=np.int32)
+        self._frame_samples: dict[int, int] = {}  # stream id -> samples per frame
+        self._local: dict[int, tuple[str, int]] = {}  # stream id -> bound address
+        self._n = 0
+        self._stride = 0
+        self._max_frame_samples = max_frame_samples
+        self._c_pcm = ffi.from_buffer("int16_t[]", self._pcm)
+        self._c_infos = ffi.cast("cs_frame_info *", ffi.from_buffer(self._infos))
+        self._c_ids = ffi.from_buffer("int32_t[]", self._ids)
+        self._jb_stats = ffi.new("cs_jb_stats *")
+        self._stream_counters = ffi.new("cs_stream_counters *")
+        self._counters = ffi.new("cs_ingest_counters *")
+        self._latency = ffi.new("cs_ingest_latency *")
+        self._latency_edges = _upper_edges()
+
+    # ---- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        _check(lib.cs_ingest_start(self._ing), "cs_ingest_start")
+
+    def stop(self) -> None:
+        lib.cs_ingest_stop(self._ing)
+
+    def close(self) -> None:
+        """Stop the thread, free every stream and close the C side's descriptors."""
+        if self._ing is not None:
+            lib.cs_ingest_stop(self._ing)
+            ffi.release(self._ing)
+            self._ing = None
+            self._frame_samples.clear()
+            self._n = 0
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ---- streams -----------------------------------------------------------------
+
+    def add_stream(
+        self,
+        sock: socket.socket | int,
+        *,
+        host: str = "127.0.0.1",
+        payload_types: Sequence[PayloadType] = DEFAULT_PAYLOAD_TYPES,
+        out_rate: int = 8000,
+        min_delay_ms: int | None = None,
+        max_delay_ms: int | None = None,
+        start_delay_ms: int | None = None,
+        capacity_ms: int | None = None,
+        probation: int = 2,
+        ssrc_quiet_ms: float = 80.0,
+        expected_source: tuple[str, int] | None = None,
+    ) -> int:
+        """Add a leg; returns its stream id. ``sock``: a bound UDP socket or a port to bind."""
+        jb = ffi.new("cs_jb_config *")
+        lib.cs_jb_default_config(jb)
+        jb.out_rate = out_rate
+        for name, value in (
+            ("min_delay_ms", min_delay_ms),
+            ("max_delay_ms", max_delay_ms),
+            ("start_delay_ms", start_delay_ms),
+            ("capacity_ms", capacity_ms),
+        ):
+            if value is not None:
+                setattr(jb, name, value)
+        if not 0 < len(payload_types) <= 16:
+            raise ValueError(f"1 to 16 payload types, got {len(payload_types)}")
+        jb.n_pts = len(payload_types)
+        for i, p in enumerate(payload_types):
+            if p.codec not in _CODECS:
+                raise ValueError(f"unknown codec {p.codec!r} (known: {', '.join(_CODECS)})")
+            jb.pts[i] = {
+                "pt": p.pt,
+                "codec": _CODECS[p.codec],
+                "channels": p.channels,
+                "clock_rate": p.clock_rate,
+            }
+        lock = ffi.new("cs_srclock_config *")
+        lib.cs_srclock_default_config(lock)
+        lock.probation = probation
+        lock.ssrc_quiet_ns = int(ssrc_quiet_ms * 1e6)
+        own = isinstance(sock, int)
+        s = _bind_udp(host, sock) if isinstance(sock, int) else sock
+        try:
+            sid = _check(lib.cs_ingest_add_stream(self._ing, s.fileno(), jb, lock), "add_stream")
+            self._local[sid] = s.getsockname()[:2]
+        finally:
+            if own:
+                s.close()  # the C side holds its own duplicate
+        spf = out_rate // 50
+        if spf > self._max_frame_samples:
+            lib.cs_ingest_remove_stream(self._ing, sid)
+            raise ValueError(f"out_rate {out_rate} exceeds max_frame_samples")
+        self._frame_samples[sid] = spf
+        if expected_source is not None:
+            self.expect_source(sid, *expected_source)
+        self._rebuild_ids()
+        return int(sid)
+
+    def remove_stream(self, stream_id: int) -> None:
+        """Remove a leg; afterwards the receiver never touches its socket again."""
+        self._frame_samples.pop(stream_id, None)
+        self._local.pop(stream_id, None)
+        self._rebuild_ids()
+        _check(lib.cs_ingest_remove_stream(self._ing, stream_id), "remove_stream")
+
+    def rearm(self, stream_id: int, now_ns: int) -> None:
+        """Signalling moved the media: relearn the source (with probation)."""
+        _check(lib.cs_ingest_rearm(self._ing, stream_id, now_ns), "rearm")
+
+    def expect_source(self, stream_id: int, host: str, port: int = 0) -> None:
+        """Only learn a source from host (and port, unless 0), e.g. from the SDP c=/m=."""
+        addr = ffi.new("cs_srclock_addr *")
+        _fill_addr(addr, host, port)
+        _check(lib.cs_ingest_expect_source(self._ing, stream_id, addr), "expect_source")
+
+    def set_paused(self, stream_id: int, paused: bool) -> None:
+        _check(lib.cs_ingest_set_paused(self._ing, stream_id, int(paused)), "set_paused")
+
+    def local_address(self, stream_id: int) -> tuple[str, int]:
+        """(host, port) the stream's socket is bound to (where to send its RTP)."""
+        return self._local[stream_id]
+
+    @property
+    def stream_ids(self) -> npt.NDArray[np.int32]:
+        return self._ids[: self._n]
+
+    def _rebuild_ids(self) -> None:
+        ids = sorted(self._frame_samples)
+        self._n = len(ids)
+        self._ids[: self._n] = ids
+        self._stride = max(self._frame_samples.values(), default=0)
+
+    # ---- the batch pull --------------------------------------------------------------
+
+    def pull_all(self, now_ns: int) -> PulledFrames:
+        """One 20 ms frame of every stream, in one C call (no per-frame Python objects)."""
+        n, stride = self._n, self._stride
+        if n:
+            lib.cs_ingest_pull(
+                self._ing, now_ns, self._c_ids, n, self._c_pcm, stride, self._c_infos
+            )
+        return PulledFrames(
+            self._ids[:n], self._pcm[: n * stride].reshape(n, stride), self._infos[:n]
+        )
+
+    # ---- stats ---------------------------------------------------------------------
+
+    def stream_stats(self, stream_id: int) -> dict[str, Any]:
+        """The jitter buffer's cs_jb_stats as a dict (wait_hist as a list)."""
+        _check(lib.cs_ingest_stream_stats(self._ing, stream_id, self._jb_stats), "stats")
+        result: dict[str, Any] = _to_python(self._jb_stats[0])
+        return result
+
+    def stream_counters(self, stream_id: int) -> dict[str, Any]:
+        """Receive-side counters of one stream, parse errors and outcomes by name."""
+        c = self._stream_counters
+        _check(lib.cs_ingest_stream_counters(self._ing, stream_id, c), "stream_counters")
+        out: dict[str, Any] = _to_python(c[0])
+        out["parse_errors"] = _by_name(out["parse_errors"])
+        out["locked_addr"] = _addr_text(c.locked_addr)
+        return out
+
+    def counters(self) -> dict[str, Any]:
+        """Receiver-wide counters; parse_errors keyed by reason."""
+        lib.cs_ingest_get_counters(self._ing, self._counters)
+        out: dict[str, Any] = _to_python(self._counters[0])
+        out["parse_errors"] = _by_name(out["parse_errors"])
+        return out
+
+    def latency(self) -> LatencyHistogram:
+        """Arrival-to-buffer latency histogram (copied out without C allocation)."""
+        h = self._latency
+        lib.cs_ingest_get_latency(self._ing, h)
+        counts = np.concatenate(
+            [
+                np.frombuffer(ffi.buffer(h.fine), dtype=np.uint64),
+                np.frombuffer(ffi.buffer(h.tail), dtype=np.uint64),
+            ]
+        )
+        return LatencyHistogram(
+            counts,
+            self._latency_edges,
+            int(h.count),
+            int(h.sum_ns),
+            int(h.max_ns),
+            int(h.negative),
+        )
+
+    def thread_cpu_ns(self) -> int:
+        """CPU time used by the receiver thread(s) so far."""
+        return int(lib.cs_ingest_thread_cpu_ns(self._ing))
+
+
+def _by_name(values: Sequence[int]) -> dict[str, int]:
+    return {name: int(values[i]) for i, name in enumerate(_RTP_ERRORS) if i > 0}
+
+
+def _addr_text(addr: Any) -> tuple[str, int] | None:
+    if addr.family == 4:
+        return socket.inet_ntop(socket.AF_INET, bytes(addr.addr)[:4]), int(addr.port)
+    if addr.family == 6:
+        return socket.inet_ntop(socket.AF_INET6, bytes(addr.addr)), int(addr.port)
+    return None
+
+
+def _bind_udp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    s.bind((host, port))
+    return s
+
+
+def counters_delta(after: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+    """after - before for nested counter dicts (lists and non-numeric values: after's)."""
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        prev = before.get(key)
+        if isinstance(value, dict) and isinstance(prev, dict):
+            out[key] = counters_delta(value, prev)
+        elif isinstance(value, int) and isinstance(prev, int):
+            out[key] = value - prev
+        else:
+            out[key] = value
+    return out

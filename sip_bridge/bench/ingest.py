@@ -1,0 +1,356 @@
+"""RTP ingest: native C receiver (epoll+recvmmsg) vs an asyncio DatagramProtocol baseline.
+
+Both receivers take the same paced load in the same run (one sender process, one UDP
+socket per stream on 127.0.0.1, G.711 20 ms packets) one after the other:
+
+(a) native: ``native.ingest.Ingest`` — a C thread, kernel timestamps, RTP parse, source
+    lock and jitter-buffer insert; the main thread pulls every stream every 20 ms.
+(b) asyncio: one ``DatagramProtocol`` per socket that parses the RTP header with
+    ``struct`` and appends to a per-stream deque (drained every 20 ms).
+
+Per receiver: packets/s received, CPU µs per packet (native: the receiver thread's own
+CPU clock; asyncio: the process's CPU), app-level loss (sent vs received per stream),
+the kernel's ``Udp: RcvbufErrors`` delta from /proc/net/snmp, and arrival-to-buffer
+latency. Latency definitions differ, and are labelled: native = kernel receive
+timestamp -> just after the jitter-buffer insert (C histogram, 1 µs buckets); asyncio
+has no kernel timestamp, so it is the sender's send time (in the payload) -> the
+callback's append. On loopback the kernel stamps the datagram inside the sender's
+sendto, so the two are close to comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import functools
+import multiprocessing as mp
+import os
+import socket
+import struct
+import time
+from array import array
+from typing import Any
+
+import numpy as np
+
+from sip_bridge.bench.report import summarize
+from sip_bridge.bench.rtp_load import send_load
+
+_RTP = struct.Struct("!BBHII")
+_SENT_AT = struct.Struct("!q")
+DRAIN_S = 0.3  # after the sender stops, time for queues to empty before reading counters
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pps",
+        type=int,
+        nargs="+",
+        default=[20_000],
+        help="total packets/s offered; several values run one after another "
+        "(default 20000 = 200 calls x 2 legs x 50 pps)",
+    )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=None,
+        help="UDP streams (sockets); default pps / 50, i.e. 20 ms G.711 legs",
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="send time per receiver")
+    parser.add_argument("--batch", type=int, default=32, help="native recvmmsg batch")
+    parser.add_argument(
+        "--only", choices=["native", "asyncio"], default=None, help="measure one receiver only"
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    runs = []
+    for pps in args.pps:
+        streams = args.streams or max(1, pps // 50)
+        per_stream = pps / streams
+        payload = round(8000 / per_stream)
+        if payload % 20 or payload < 20:
+            raise SystemExit(f"{pps} pps over {streams} streams is not a whole 2.5 ms ptime")
+        result: dict[str, Any] = {
+            "offered_pps": pps,
+            "streams": streams,
+            "ptime_ms": payload / 8,
+            "seconds": args.seconds,
+        }
+        if args.only in (None, "native"):
+            result["native"] = _measure(_NativeReceiver(streams, args.batch), pps, payload, args)
+        if args.only in (None, "asyncio"):
+            result["asyncio"] = _measure(_AsyncioReceiver(streams), pps, payload, args)
+        if "native" in result and "asyncio" in result:
+            a, n = result["asyncio"], result["native"]
+            result["cpu_ratio_asyncio_over_native"] = _ratio(
+                a["cpu_us_per_packet"], n["cpu_us_per_packet"]
+            )
+            result["cpu_ratio_process"] = _ratio(
+                a["process_cpu_us_per_packet"], n["process_cpu_us_per_packet"]
+            )
+        runs.append(result)
+    return {
+        "benchmark": "ingest",
+        "sender": "separate process, Python socket.sendto paced in 1 ms slots, one socket",
+        "goals": {"cpu_ratio_min": 4.0, "loss_at_40kpps": 0, "p99_9_us_max": 50.0},
+        "runs": runs,
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+# ---- measurement harness -----------------------------------------------------------------
+
+
+class _Receiver:
+    """What _measure needs from a receiver: ports, a run loop, and its numbers."""
+
+    name = ""
+
+    def addresses(self) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+    def run_until(self, done: Any) -> None:
+        """Receive until done() is true, then DRAIN_S longer."""
+        raise NotImplementedError
+
+    def received(self) -> list[int]:
+        raise NotImplementedError
+
+    def report(self, received: int, wall_s: float) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def _measure(rx: _Receiver, pps: int, payload: int, args: argparse.Namespace) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    go = ctx.Event()
+    sender = ctx.Process(
+        target=send_load,
+        args=(child, go, rx.addresses(), pps, args.seconds, payload),
+        name="rtp-load",
+        daemon=True,
+    )
+    try:
+        sender.start()
+        if parent.recv() != "ready":
+            raise RuntimeError("load generator failed to start")
+        snmp0, cpu0, t0 = _udp_snmp(), os.times(), time.monotonic()
+        go.set()
+        rx.run_until(parent.poll)
+        wall = time.monotonic() - t0
+        cpu1, snmp1 = os.times(), _udp_snmp()
+        load: dict[str, Any] = parent.recv()
+        sender.join(5)
+        got = rx.received()
+        out = rx.report(sum(got), wall)
+    finally:
+        rx.close()
+        if sender.is_alive():
+            sender.kill()
+    sent = load["sent"]
+    lost = [max(0, s - r) for s, r in zip(sent, got, strict=True)]
+    send_s = (load["finished_ns"] - load["started_ns"]) / 1e9
+    process_cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    received = sum(got)
+    out.update(
+        sent=sum(sent),
+        received=received,
+        sent_pps=sum(sent) / send_s,
+        received_pps=received / send_s,
+        app_loss=sum(lost),
+        streams_with_loss=sum(1 for x in lost if x),
+        rcvbuf_errors_delta=snmp1.get("RcvbufErrors", 0) - snmp0.get("RcvbufErrors", 0),
+        udp_in_errors_delta=snmp1.get("InErrors", 0) - snmp0.get("InErrors", 0),
+        process_cpu_us_per_packet=process_cpu / max(received, 1) * 1e6,
+        process_cpu_share=process_cpu / wall,
+        sender_cpu_share=load["cpu_s"] / send_s,
+        sender_late_slots=load["late_slots"],
+        sender_errors=load["send_errors"],
+    )
+    if out["cpu_us_per_packet"] is None:  # asyncio: the whole process is the receiver
+        out["cpu_us_per_packet"] = out["process_cpu_us_per_packet"]
+        out["cpu_share"] = out["process_cpu_share"]
+    return out
+
+
+def _udp_snmp() -> dict[str, int]:
+    """The kernel's Udp: counters from /proc/net/snmp (system-wide)."""
+    try:
+        with open("/proc/net/snmp") as f:
+            rows = [line.split() for line in f if line.startswith("Udp:")]
+    except OSError:
+        return {}
+    if len(rows) < 2:
+        return {}
+    return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:], strict=False)}
+
+
+def _bind(rcvbuf: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, 33, rcvbuf)  # SO_RCVBUFFORCE (CAP_NET_ADMIN)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+# ---- (a) native ------------------------------------------------------------------------------
+
+
+class _NativeReceiver(_Receiver):
+    name = "native"
+
+    def __init__(self, streams: int, batch: int) -> None:
+        from native.ingest import Ingest
+
+        self.ing = Ingest(streams, batch=batch)
+        self.ids = [
+            self.ing.add_stream(0, min_delay_ms=40, max_delay_ms=200) for _ in range(streams)
+        ]
+        self.ing.start()
+        self.pull_cpu_ns = 0
+        self.pulls = 0
+
+    def addresses(self) -> list[tuple[str, int]]:
+        return [self.ing.local_address(i) for i in self.ids]
+
+    def run_until(self, done: Any) -> None:
+        self.cpu0 = self.ing.thread_cpu_ns()
+        self.counters0 = self.ing.counters()
+        tick = time.monotonic_ns()
+        stop_at: float | None = None
+        while stop_at is None or time.monotonic() < stop_at:
+            tick += 20_000_000
+            delay = tick - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay / 1e9)
+            c0 = time.thread_time_ns()
+            self.ing.pull_all(time.monotonic_ns())
+            self.pull_cpu_ns += time.thread_time_ns() - c0
+            self.pulls += 1
+            if stop_at is None and done():
+                stop_at = time.monotonic() + DRAIN_S
+        self.cpu1 = self.ing.thread_cpu_ns()
+
+    def received(self) -> list[int]:
+        return [int(self.ing.stream_counters(i)["datagrams"]) for i in self.ids]
+
+    def report(self, received: int, wall_s: float) -> dict[str, Any]:
+        c = self.ing.counters()
+        lat = self.ing.latency()
+        cpu_s = (self.cpu1 - self.cpu0) / 1e9
+        latency: dict[str, Any] = {
+            "definition": "kernel SO_TIMESTAMPNS -> after jitter-buffer insert (C histogram)",
+            "unit": "us",
+            "n": lat.count,
+            "mean": lat.sum_ns / max(lat.count, 1) / 1e3,
+            "max": lat.max_ns / 1e3,
+            "negative": lat.negative,
+        }
+        for q, key in ((50, "p50"), (90, "p90"), (99, "p99"), (99.9, "p99.9")):
+            latency[key] = lat.percentile_ns(q) / 1e3
+        return {
+            "receiver": "native: C thread, epoll + recvmmsg, parse + source lock + jb insert",
+            "cpu_us_per_packet": cpu_s / max(received, 1) * 1e6,
+            "cpu_share": cpu_s / wall_s,
+            "wakeups": c["wakeups"] - self.counters0["wakeups"],
+            "recvmmsg_calls": c["recvmmsg_calls"] - self.counters0["recvmmsg_calls"],
+            "datagrams_per_wakeup": (c["datagrams"] - self.counters0["datagrams"])
+            / max(1, c["wakeups"] - self.counters0["wakeups"]),
+            "pull_cpu_us_per_stream_frame": self.pull_cpu_ns
+            / 1e3
+            / max(1, self.pulls * len(self.ids)),
+            "latency": latency,
+        }
+
+    def close(self) -> None:
+        self.ing.close()
+
+
+# ---- (b) asyncio baseline ------------------------------------------------------------------
+
+
+class _Proto(asyncio.DatagramProtocol):
+    """Parse the RTP header in Python, append to the stream's deque."""
+
+    def __init__(self, rx: _AsyncioReceiver, index: int) -> None:
+        self.rx, self.index = rx, index
+        self.queue: collections.deque[tuple[int, int, bytes, int]] = collections.deque()
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        now = time.monotonic_ns()
+        if len(data) < 20:
+            return
+        first, _pt, seq, ts, _ssrc = _RTP.unpack_from(data)
+        if first >> 6 != 2:
+            return
+        self.queue.append((seq, ts, data[12:], now))
+        self.rx.counts[self.index] += 1
+        self.rx.latency.append(now - _SENT_AT.unpack_from(data, 12)[0])
+
+
+class _AsyncioReceiver(_Receiver):
+    name = "asyncio"
+
+    def __init__(self, streams: int) -> None:
+        self.socks = [_bind(4 << 20) for _ in range(streams)]
+        self.counts = [0] * streams
+        self.latency = array("q")
+        self.protos: list[_Proto] = []
+
+    def addresses(self) -> list[tuple[str, int]]:
+        return [s.getsockname()[:2] for s in self.socks]
+
+    def run_until(self, done: Any) -> None:
+        asyncio.run(self._main(done))
+
+    async def _main(self, done: Any) -> None:
+        loop = asyncio.get_running_loop()
+        transports = []
+        for i, s in enumerate(self.socks):
+            proto = _Proto(self, i)
+            transport, _ = await loop.create_datagram_endpoint(
+                functools.partial(_same, proto), sock=s
+            )
+            transports.append(transport)
+            self.protos.append(proto)
+        stop_at: float | None = None
+        while stop_at is None or loop.time() < stop_at:
+            await asyncio.sleep(0.02)
+            for proto in self.protos:  # the consumer side: take what arrived
+                proto.queue.clear()
+            if stop_at is None and done():
+                stop_at = loop.time() + DRAIN_S
+        for t in transports:
+            t.close()
+
+    def received(self) -> list[int]:
+        return list(self.counts)
+
+    def report(self, received: int, wall_s: float) -> dict[str, Any]:
+        lat = np.frombuffer(self.latency, dtype=np.int64) / 1e3
+        latency = summarize(lat, unit="us")
+        latency["definition"] = "sender send time (payload) -> DatagramProtocol append"
+        return {
+            "receiver": "asyncio: DatagramProtocol per socket, struct parse, deque append",
+            "cpu_us_per_packet": None,  # filled from the process CPU by _measure
+            "latency": latency,
+        }
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+def _same(proto: _Proto) -> _Proto:
+    return proto
