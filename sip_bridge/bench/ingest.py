@@ -4,7 +4,9 @@ Both receivers take the same paced load in the same run (one sender process, one
 socket per stream on 127.0.0.1, G.711 20 ms packets) one after the other:
 
 (a) native: ``native.ingest.Ingest`` — a C thread, kernel timestamps, RTP parse, source
-    lock and jitter-buffer insert; the main thread pulls every stream every 20 ms.
+    lock and jitter-buffer insert; the main thread pulls every stream every 20 ms. Run
+    twice: waking for every datagram (coalesce 0), and with wakeups coalesced
+    (``--coalesce-us``, default 1000: at most ~1,000 wakeups/s, for up to 1 ms latency).
 (b) asyncio: one ``DatagramProtocol`` per socket that parses the RTP header with
     ``struct`` and appends to a per-stream deque (drained every 20 ms).
 
@@ -24,10 +26,12 @@ import argparse
 import asyncio
 import collections
 import functools
-import multiprocessing as mp
+import json
 import os
 import socket
 import struct
+import subprocess
+import sys
 import time
 from array import array
 from typing import Any
@@ -35,11 +39,11 @@ from typing import Any
 import numpy as np
 
 from sip_bridge.bench.report import summarize
-from sip_bridge.bench.rtp_load import send_load
 
 _RTP = struct.Struct("!BBHII")
 _SENT_AT = struct.Struct("!q")
 DRAIN_S = 0.3  # after the sender stops, time for queues to empty before reading counters
+RECEIVERS = ("native", "native_coalesced", "asyncio")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,22 +82,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ptime_ms": payload / 8,
             "seconds": args.seconds,
         }
-        if args.only in (None, "native"):
-            result["native"] = _measure(_NativeReceiver(streams, args.batch), pps, payload, args)
-        if args.only in (None, "asyncio"):
-            result["asyncio"] = _measure(_AsyncioReceiver(streams), pps, payload, args)
-        if "native" in result and "asyncio" in result:
-            a, n = result["asyncio"], result["native"]
-            result["cpu_ratio_asyncio_over_native"] = _ratio(
-                a["cpu_us_per_packet"], n["cpu_us_per_packet"]
-            )
-            result["cpu_ratio_process"] = _ratio(
-                a["process_cpu_us_per_packet"], n["process_cpu_us_per_packet"]
-            )
+        for name in RECEIVERS:
+            if args.only not in (None, name) or (name == "native_coalesced" and not args.coalesce_us):
+                continue
+            rx: _Receiver
+            if name == "asyncio":
+                rx = _AsyncioReceiver(streams)
+            else:
+                coalesce = args.coalesce_us if name == "native_coalesced" else 0
+                rx = _NativeReceiver(streams, args.batch, coalesce)
+            result[name] = _measure(rx, pps, payload, args)
+        base = result.get("asyncio")
+        for name in ("native", "native_coalesced"):
+            if base and name in result:
+                n = result[name]
+                result[f"cpu_ratio_asyncio_over_{name}"] = {
+                    "receiver": _ratio(base["cpu_us_per_packet"], n["cpu_us_per_packet"]),
+                    "process": _ratio(
+                        base["process_cpu_us_per_packet"], n["process_cpu_us_per_packet"]
+                    ),
+                }
         runs.append(result)
     return {
         "benchmark": "ingest",
-        "sender": "separate process, Python socket.sendto paced in 1 ms slots, one socket",
+        "sender": "python -m sip_bridge.bench.rtp_load: a separate process, socket.sendto "
+        "paced in 1 ms slots, one socket",
         "goals": {"cpu_ratio_min": 4.0, "loss_at_40kpps": 0, "p99_9_us_max": 50.0},
         "runs": runs,
     }
@@ -129,32 +142,33 @@ class _Receiver:
 
 
 def _measure(rx: _Receiver, pps: int, payload: int, args: argparse.Namespace) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    go = ctx.Event()
-    sender = ctx.Process(
-        target=send_load,
-        args=(child, go, rx.addresses(), pps, args.seconds, payload),
-        name="rtp-load",
-        daemon=True,
+    job = {"dests": rx.addresses(), "pps": pps, "seconds": args.seconds, "payload_bytes": payload}
+    sender = subprocess.Popen(
+        [sys.executable, "-m", "sip_bridge.bench.rtp_load"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    assert sender.stdin is not None and sender.stdout is not None
     try:
-        sender.start()
-        if parent.recv() != "ready":
+        sender.stdin.write(json.dumps(job) + "\n")
+        sender.stdin.flush()
+        if sender.stdout.readline().strip() != "ready":
             raise RuntimeError("load generator failed to start")
         snmp0, cpu0, t0 = _udp_snmp(), os.times(), time.monotonic()
-        go.set()
-        rx.run_until(parent.poll)
+        sender.stdin.write("go\n")
+        sender.stdin.flush()
+        rx.run_until(lambda: sender.poll() is not None)
         wall = time.monotonic() - t0
         cpu1, snmp1 = os.times(), _udp_snmp()
-        load: dict[str, Any] = parent.recv()
-        sender.join(5)
+        load: dict[str, Any] = json.loads(sender.stdout.readline())
         got = rx.received()
         out = rx.report(sum(got), wall)
     finally:
         rx.close()
-        if sender.is_alive():
+        if sender.poll() is None:
             sender.kill()
+        sender.wait()
     sent = load["sent"]
     lost = [max(0, s - r) for s, r in zip(sent, got, strict=True)]
     send_s = (load["finished_ns"] - load["started_ns"]) / 1e9
@@ -210,10 +224,11 @@ def _bind(rcvbuf: int) -> socket.socket:
 class _NativeReceiver(_Receiver):
     name = "native"
 
-    def __init__(self, streams: int, batch: int) -> None:
+    def __init__(self, streams: int, batch: int, coalesce_us: int) -> None:
         from native.ingest import Ingest
 
-        self.ing = Ingest(streams, batch=batch)
+        self.coalesce_us = coalesce_us
+        self.ing = Ingest(streams, batch=batch, coalesce_us=coalesce_us)
         self.ids = [
             self.ing.add_stream(0, min_delay_ms=40, max_delay_ms=200) for _ in range(streams)
         ]
@@ -247,20 +262,16 @@ class _NativeReceiver(_Receiver):
 
     def report(self, received: int, wall_s: float) -> dict[str, Any]:
         c = self.ing.counters()
-        lat = self.ing.latency()
         cpu_s = (self.cpu1 - self.cpu0) / 1e9
-        latency: dict[str, Any] = {
-            "definition": "kernel SO_TIMESTAMPNS -> after jitter-buffer insert (C histogram)",
-            "unit": "us",
-            "n": lat.count,
-            "mean": lat.sum_ns / max(lat.count, 1) / 1e3,
-            "max": lat.max_ns / 1e3,
-            "negative": lat.negative,
-        }
-        for q, key in ((50, "p50"), (90, "p90"), (99, "p99"), (99.9, "p99.9")):
-            latency[key] = lat.percentile_ns(q) / 1e3
+        latency = _histogram_summary(
+            self.ing.latency(), "kernel SO_TIMESTAMPNS -> after jitter-buffer insert"
+        )
+        processing = _histogram_summary(
+            self.ing.processing(), "recvmmsg returned -> after jitter-buffer insert"
+        )
         return {
-            "receiver": "native: C thread, epoll + recvmmsg, parse + source lock + jb insert",
+            "receiver": "native: C thread, epoll + recvmmsg, parse + source lock + jb insert"
+            f", coalesce_us={self.coalesce_us}",
             "cpu_us_per_packet": cpu_s / max(received, 1) * 1e6,
             "cpu_share": cpu_s / wall_s,
             "wakeups": c["wakeups"] - self.counters0["wakeups"],
@@ -271,10 +282,22 @@ class _NativeReceiver(_Receiver):
             / 1e3
             / max(1, self.pulls * len(self.ids)),
             "latency": latency,
+            "processing": processing,
         }
 
     def close(self) -> None:
         self.ing.close()
+
+
+def _histogram_summary(h: Any, definition: str) -> dict[str, Any]:
+    """p50/p90/p99/p99.9 (bucket upper edges, 1 µs resolution below 1 ms) in µs."""
+    out: dict[str, Any] = {"definition": definition, "unit": "us", "n": h.count}
+    out["mean"] = h.sum_ns / max(h.count, 1) / 1e3
+    for q, key in ((50, "p50"), (90, "p90"), (99, "p99"), (99.9, "p99.9")):
+        out[key] = h.percentile_ns(q) / 1e3
+    out["max"] = h.max_ns / 1e3
+    out["negative"] = h.negative
+    return out
 
 
 # ---- (b) asyncio baseline ------------------------------------------------------------------

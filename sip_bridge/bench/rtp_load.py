@@ -1,5 +1,9 @@
 """Paced RTP load generator for ``callshield bench ingest``, run in its own process.
 
+``python -m sip_bridge.bench.rtp_load`` reads one JSON job from stdin (dests, pps,
+seconds, payload_bytes), prints ``ready``, waits for a ``go`` line, sends, and prints
+its LoadResult as one JSON line.
+
 Python has no ``sendmmsg``, so this is a plain ``socket.sendto`` loop, paced in 1 ms
 slots: every stream sends one G.711 packet per ptime, at a phase spread evenly over the
 ptime, so the receiver sees the steady interleaving of many 50 pps legs rather than
@@ -12,15 +16,15 @@ sender's CPU also pays for part of the receive path; its CPU is reported.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
+import sys
 import time
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
 
-__all__ = ["LoadResult", "send_load"]
+__all__ = ["LoadResult", "main", "send_load"]
 
 SLOT_NS = 1_000_000
 _HEADER = struct.Struct("!BBHIIq")  # RTP fixed header + send time (first payload bytes)
@@ -37,14 +41,9 @@ class LoadResult:
 
 
 def send_load(
-    conn: Connection,
-    go: Event,
-    dests: list[tuple[str, int]],
-    pps: int,
-    seconds: float,
-    payload_bytes: int,
-) -> None:
-    """Process entry point: wait for `go`, send for `seconds`, report a LoadResult dict."""
+    dests: list[tuple[str, int]], pps: int, seconds: float, payload_bytes: int
+) -> LoadResult:
+    """Print ``ready``, wait for ``go`` on stdin, send for `seconds`."""
     n = len(dests)
     period_ns = int(n * 1e9 / pps)  # one packet per stream per period (the ptime)
     samples = payload_bytes  # G.711: one byte per 8 kHz sample
@@ -57,8 +56,9 @@ def send_load(
     buf = bytearray(_HEADER.size + payload_bytes - 8)
     buf[_HEADER.size :] = b"\xff" * (len(buf) - _HEADER.size)
     errors = late = 0
-    conn.send("ready")
-    go.wait()
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        raise SystemExit("rtp_load: expected 'go'")
     t0 = time.monotonic_ns() + 2 * SLOT_NS
     end = t0 + int(seconds * 1e9)
     cpu0 = os.times()
@@ -107,4 +107,16 @@ def send_load(
         late,
     )
     sock.close()
-    conn.send(asdict(result))
+    return result
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.readline())
+    dests = [(str(h), int(p)) for h, p in job["dests"]]
+    result = send_load(dests, int(job["pps"]), float(job["seconds"]), int(job["payload_bytes"]))
+    print(json.dumps(asdict(result)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
