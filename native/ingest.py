@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -29,6 +29,16 @@ import numpy as np
 import numpy.typing as npt
 
 from native import ffi, lib
+from native.ingest_types import (
+    FRAME_INFO_DTYPE,
+    LatencyHistogram,
+    addr_text,
+    by_error_name,
+    fill_addr,
+    frame_flag_name,
+    to_python,
+    upper_edges,
+)
 
 __all__ = [
     "FRAME_INFO_DTYPE",
@@ -47,44 +57,6 @@ _CODECS: dict[str, int] = {
     "CN": lib.CS_CODEC_CN,
     "telephone-event": lib.CS_CODEC_TELEPHONE_EVENT,
 }
-_FLAG_NAMES = {
-    lib.CS_FRAME_NOT_STARTED: "not_started",
-    lib.CS_FRAME_NORMAL: "normal",
-    lib.CS_FRAME_CONCEALED: "concealed",
-    lib.CS_FRAME_CNG: "cng",
-    lib.CS_FRAME_PAUSED: "paused",
-}
-_NUMPY_OF_C = {
-    "int8_t": "i1",
-    "uint8_t": "u1",
-    "int16_t": "i2",
-    "uint16_t": "u2",
-    "int32_t": "i4",
-    "uint32_t": "u4",
-    "int64_t": "i8",
-    "uint64_t": "u8",
-}
-
-
-def _struct_dtype(ctype: str) -> np.dtype[np.void]:
-    """A numpy structured dtype laid out exactly like the C struct (offsets from cffi)."""
-    ct = ffi.typeof(ctype)
-    names, formats, offsets = [], [], []
-    for name, field in ct.fields:
-        names.append(name)
-        formats.append(_NUMPY_OF_C[field.type.cname])
-        offsets.append(field.offset)
-    spec = {"names": names, "formats": formats, "offsets": offsets, "itemsize": ffi.sizeof(ct)}
-    return np.dtype(spec)  # type: ignore[call-overload, no-any-return]
-
-
-FRAME_INFO_DTYPE = _struct_dtype("cs_frame_info")
-_RTP_ERRORS = [ffi.string(lib.cs_rtp_error_name(i)).decode() for i in range(lib.CS_RTP_ERR_COUNT)]
-
-
-def frame_flag_name(flag: int) -> str:
-    """snake_case name of a CS_FRAME_* flag."""
-    return _FLAG_NAMES.get(flag, "unknown")
 
 
 class IngestError(OSError):
@@ -129,58 +101,6 @@ class PulledFrames:
     infos: npt.NDArray[np.void]
 
 
-@dataclass(frozen=True, slots=True)
-class LatencyHistogram:
-    """Arrival (kernel timestamp) to jitter-buffer insert, as fixed buckets.
-
-    ``upper_ns[i]`` is the exclusive upper edge of ``counts[i]`` (1 µs buckets to 1 ms,
-    then powers of two in ms; the last bucket is unbounded).
-    """
-
-    counts: npt.NDArray[np.uint64]
-    upper_ns: npt.NDArray[np.float64]
-    count: int
-    sum_ns: int
-    max_ns: int
-    negative: int
-
-    def percentile_ns(self, q: float) -> float:
-        """Upper edge of the bucket holding the q-th percentile (0 < q <= 100)."""
-        if self.count == 0:
-            return float("nan")
-        rank = q / 100.0 * self.count
-        idx = int(np.searchsorted(np.cumsum(self.counts), rank, side="left"))
-        return float(min(self.upper_ns[min(idx, self.upper_ns.size - 1)], self.max_ns))
-
-
-def _upper_edges() -> npt.NDArray[np.float64]:
-    fine = np.arange(1, 1001, dtype=np.float64) * 1e3
-    tail = np.array([2.0 ** (k + 1) * 1e6 for k in range(11)] + [np.inf])
-    return np.concatenate([fine, tail])
-
-
-def _to_python(value: Any) -> Any:
-    """A cffi struct/array/int as plain Python (dict/list/int)."""
-    if isinstance(value, int):
-        return value
-    ct = ffi.typeof(value)
-    if ct.kind == "struct":
-        return {name: _to_python(getattr(value, name)) for name, _ in ct.fields}
-    if ct.kind == "array":
-        return [_to_python(v) for v in value]
-    return value
-
-
-def _fill_addr(addr: Any, host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    raw = socket.inet_pton(family, host)
-    if family == socket.AF_INET6 and raw[:12] == b"\0" * 10 + b"\xff\xff":
-        raw = raw[12:]
-    addr.family = 4 if len(raw) == 4 else 6
-    addr.port = port
-    ffi.memmove(addr.addr, raw, len(raw))
-
-
 class Ingest:
     """The RTP receive thread and its streams; a context manager (start/stop)."""
 
@@ -192,12 +112,16 @@ class Ingest:
         batch: int = 32,
         max_batches: int = 4,
         max_datagram: int = 2048,
+        coalesce_us: int = 0,
         max_frame_samples: int = 960,
     ) -> None:
+        """coalesce_us > 0 caps the receiver's wakeups at ~1e6/coalesce_us per second:
+        less CPU per packet under load, up to that much more arrival latency."""
         cfg = ffi.new("cs_ingest_config *")
         lib.cs_ingest_default_config(cfg)
         cfg.max_streams, cfg.rcvbuf_bytes = max_streams, rcvbuf_bytes
         cfg.batch, cfg.max_batches, cfg.max_datagram = batch, max_batches, max_datagram
+        cfg.coalesce_us = coalesce_us
         ptr = lib.cs_ingest_new(cfg)
         if ptr == ffi.NULL:
             raise ValueError(
@@ -220,15 +144,17 @@ class Ingest:
         self._stream_counters = ffi.new("cs_stream_counters *")
         self._counters = ffi.new("cs_ingest_counters *")
         self._latency = ffi.new("cs_ingest_latency *")
-        self._latency_edges = _upper_edges()
+        self._dtmf = ffi.new("cs_dtmf_event[16]")
+        self._latency_edges = upper_edges()
+        self._pulled = PulledFrames(self._ids[:0], self._pcm[:0].reshape(0, 0), self._infos[:0])
 
     # ---- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        _check(lib.cs_ingest_start(self._ing), "cs_ingest_start")
+        _check(lib.cs_ingest_start(self._live()), "cs_ingest_start")
 
     def stop(self) -> None:
-        lib.cs_ingest_stop(self._ing)
+        lib.cs_ingest_stop(self._live())
 
     def close(self) -> None:
         """Stop the thread, free every stream and close the C side's descriptors."""
@@ -237,7 +163,13 @@ class Ingest:
             ffi.release(self._ing)
             self._ing = None
             self._frame_samples.clear()
-            self._n = 0
+            self._local.clear()
+            self._rebuild_ids()
+
+    def _live(self) -> Any:
+        if self._ing is None:
+            raise RuntimeError("this Ingest is closed")
+        return self._ing
 
     def __enter__(self) -> Self:
         self.start()
@@ -299,14 +231,14 @@ class Ingest:
         own = isinstance(sock, int)
         s = _bind_udp(host, sock) if isinstance(sock, int) else sock
         try:
-            sid = _check(lib.cs_ingest_add_stream(self._ing, s.fileno(), jb, lock), "add_stream")
+            sid = _check(lib.cs_ingest_add_stream(self._live(), s.fileno(), jb, lock), "add_stream")
             self._local[sid] = s.getsockname()[:2]
         finally:
             if own:
                 s.close()  # the C side holds its own duplicate
         spf = out_rate // 50
         if spf > self._max_frame_samples:
-            lib.cs_ingest_remove_stream(self._ing, sid)
+            lib.cs_ingest_remove_stream(self._live(), sid)
             raise ValueError(f"out_rate {out_rate} exceeds max_frame_samples")
         self._frame_samples[sid] = spf
         if expected_source is not None:
@@ -319,24 +251,29 @@ class Ingest:
         self._frame_samples.pop(stream_id, None)
         self._local.pop(stream_id, None)
         self._rebuild_ids()
-        _check(lib.cs_ingest_remove_stream(self._ing, stream_id), "remove_stream")
+        _check(lib.cs_ingest_remove_stream(self._live(), stream_id), "remove_stream")
 
     def rearm(self, stream_id: int, now_ns: int) -> None:
         """Signalling moved the media: relearn the source (with probation)."""
-        _check(lib.cs_ingest_rearm(self._ing, stream_id, now_ns), "rearm")
+        _check(lib.cs_ingest_rearm(self._live(), stream_id, now_ns), "rearm")
 
     def expect_source(self, stream_id: int, host: str, port: int = 0) -> None:
         """Only learn a source from host (and port, unless 0), e.g. from the SDP c=/m=."""
         addr = ffi.new("cs_srclock_addr *")
-        _fill_addr(addr, host, port)
-        _check(lib.cs_ingest_expect_source(self._ing, stream_id, addr), "expect_source")
+        fill_addr(addr, host, port)
+        _check(lib.cs_ingest_expect_source(self._live(), stream_id, addr), "expect_source")
 
     def set_paused(self, stream_id: int, paused: bool) -> None:
-        _check(lib.cs_ingest_set_paused(self._ing, stream_id, int(paused)), "set_paused")
+        _check(lib.cs_ingest_set_paused(self._live(), stream_id, int(paused)), "set_paused")
 
     def local_address(self, stream_id: int) -> tuple[str, int]:
         """(host, port) the stream's socket is bound to (where to send its RTP)."""
         return self._local[stream_id]
+
+    def take_dtmf(self, stream_id: int) -> list[dict[str, int]]:
+        """Finished or updated RFC 4733 events (keyed tokens, never digits)."""
+        n = _check(lib.cs_ingest_take_dtmf(self._live(), stream_id, self._dtmf, 16), "take_dtmf")
+        return [to_python(self._dtmf[i]) for i in range(n)]
 
     @property
     def stream_ids(self) -> npt.NDArray[np.int32]:
@@ -344,51 +281,69 @@ class Ingest:
 
     def _rebuild_ids(self) -> None:
         ids = sorted(self._frame_samples)
-        self._n = len(ids)
-        self._ids[: self._n] = ids
-        self._stride = max(self._frame_samples.values(), default=0)
+        n = self._n = len(ids)
+        self._ids[:n] = ids
+        stride = self._stride = max(self._frame_samples.values(), default=0)
+        self._pulled = PulledFrames(
+            self._ids[:n], self._pcm[: n * stride].reshape(n, stride), self._infos[:n]
+        )
 
     # ---- the batch pull --------------------------------------------------------------
 
     def pull_all(self, now_ns: int) -> PulledFrames:
-        """One 20 ms frame of every stream, in one C call (no per-frame Python objects)."""
-        n, stride = self._n, self._stride
-        if n:
+        """One 20 ms frame of every stream, in one C call (no per-frame Python objects).
+
+        Returns the same PulledFrames (views of preallocated arrays) every time, until a
+        stream is added or removed; copy what must outlive the next pull."""
+        if self._n:
             lib.cs_ingest_pull(
-                self._ing, now_ns, self._c_ids, n, self._c_pcm, stride, self._c_infos
+                self._live(),
+                now_ns,
+                self._c_ids,
+                self._n,
+                self._c_pcm,
+                self._stride,
+                self._c_infos,
             )
-        return PulledFrames(
-            self._ids[:n], self._pcm[: n * stride].reshape(n, stride), self._infos[:n]
-        )
+        return self._pulled
 
     # ---- stats ---------------------------------------------------------------------
 
     def stream_stats(self, stream_id: int) -> dict[str, Any]:
         """The jitter buffer's cs_jb_stats as a dict (wait_hist as a list)."""
-        _check(lib.cs_ingest_stream_stats(self._ing, stream_id, self._jb_stats), "stats")
-        result: dict[str, Any] = _to_python(self._jb_stats[0])
+        _check(lib.cs_ingest_stream_stats(self._live(), stream_id, self._jb_stats), "stats")
+        result: dict[str, Any] = to_python(self._jb_stats[0])
         return result
 
     def stream_counters(self, stream_id: int) -> dict[str, Any]:
         """Receive-side counters of one stream, parse errors and outcomes by name."""
         c = self._stream_counters
-        _check(lib.cs_ingest_stream_counters(self._ing, stream_id, c), "stream_counters")
-        out: dict[str, Any] = _to_python(c[0])
-        out["parse_errors"] = _by_name(out["parse_errors"])
-        out["locked_addr"] = _addr_text(c.locked_addr)
+        _check(lib.cs_ingest_stream_counters(self._live(), stream_id, c), "stream_counters")
+        out: dict[str, Any] = to_python(c[0])
+        out["parse_errors"] = by_error_name(out["parse_errors"])
+        out["locked_addr"] = addr_text(c.locked_addr)
         return out
 
     def counters(self) -> dict[str, Any]:
         """Receiver-wide counters; parse_errors keyed by reason."""
-        lib.cs_ingest_get_counters(self._ing, self._counters)
-        out: dict[str, Any] = _to_python(self._counters[0])
-        out["parse_errors"] = _by_name(out["parse_errors"])
+        lib.cs_ingest_get_counters(self._live(), self._counters)
+        out: dict[str, Any] = to_python(self._counters[0])
+        out["parse_errors"] = by_error_name(out["parse_errors"])
         return out
 
     def latency(self) -> LatencyHistogram:
-        """Arrival-to-buffer latency histogram (copied out without C allocation)."""
+        """Kernel receive timestamp -> after the jitter-buffer insert (socket-queue wait,
+        thread wake-up and coalescing included)."""
+        lib.cs_ingest_get_latency(self._live(), self._latency)
+        return self._histogram()
+
+    def processing(self) -> LatencyHistogram:
+        """recvmmsg returned -> after the jitter-buffer insert (the C code's own time)."""
+        lib.cs_ingest_get_processing(self._live(), self._latency)
+        return self._histogram()
+
+    def _histogram(self) -> LatencyHistogram:
         h = self._latency
-        lib.cs_ingest_get_latency(self._ing, h)
         counts = np.concatenate(
             [
                 np.frombuffer(ffi.buffer(h.fine), dtype=np.uint64),
@@ -406,19 +361,7 @@ class Ingest:
 
     def thread_cpu_ns(self) -> int:
         """CPU time used by the receiver thread(s) so far."""
-        return int(lib.cs_ingest_thread_cpu_ns(self._ing))
-
-
-def _by_name(values: Sequence[int]) -> dict[str, int]:
-    return {name: int(values[i]) for i, name in enumerate(_RTP_ERRORS) if i > 0}
-
-
-def _addr_text(addr: Any) -> tuple[str, int] | None:
-    if addr.family == 4:
-        return socket.inet_ntop(socket.AF_INET, bytes(addr.addr)[:4]), int(addr.port)
-    if addr.family == 6:
-        return socket.inet_ntop(socket.AF_INET6, bytes(addr.addr)), int(addr.port)
-    return None
+        return int(lib.cs_ingest_thread_cpu_ns(self._live()))
 
 
 def _bind_udp(host: str, port: int) -> socket.socket:
@@ -427,17 +370,3 @@ def _bind_udp(host: str, port: int) -> socket.socket:
     s.setblocking(False)
     s.bind((host, port))
     return s
-
-
-def counters_delta(after: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
-    """after - before for nested counter dicts (lists and non-numeric values: after's)."""
-    out: dict[str, Any] = {}
-    for key, value in after.items():
-        prev = before.get(key)
-        if isinstance(value, dict) and isinstance(prev, dict):
-            out[key] = counters_delta(value, prev)
-        elif isinstance(value, int) and isinstance(prev, int):
-            out[key] = value - prev
-        else:
-            out[key] = value
-    return out

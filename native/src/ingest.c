@@ -47,7 +47,8 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
     else
         cs_ingest_default_config(&cfg);
     if (cfg.max_streams < 1 || cfg.max_streams > MAX_SLOTS || cfg.batch < 1 ||
-        cfg.batch > MAX_BATCH || cfg.max_batches < 1 || cfg.max_datagram < 12)
+        cfg.batch > MAX_BATCH || cfg.max_batches < 1 || cfg.max_datagram < 12 ||
+        cfg.coalesce_us > 100000)
         return NULL;
     cs_ingest *ing = calloc(1, sizeof *ing);
     if (!ing)
@@ -137,8 +138,10 @@ static void record_latency(cs_ingest_latency *h, int64_t ns) {
         __atomic_store_n(&h->max_ns, v, __ATOMIC_RELAXED);
 }
 
-/* One datagram of stream s (its mutex held); arrival in CLOCK_MONOTONIC ns. */
-static void handle_datagram(cs_ingest *ing, ingest_slot *s, int i, int64_t arrival) {
+/* One datagram of stream s (its mutex held); arrival in CLOCK_MONOTONIC ns, received
+ * the time recvmmsg returned. */
+static void handle_datagram(cs_ingest *ing, ingest_slot *s, int i, int64_t arrival,
+                            int64_t received) {
     cs_ingest_counters *g = &ing->counters;
     struct mmsghdr *mm = &ing->msgs[i];
     uint32_t len = mm->msg_len;
@@ -169,7 +172,9 @@ static void handle_datagram(cs_ingest *ing, ingest_slot *s, int i, int64_t arriv
     s->c.outcomes[out > 0 && out < CS_PKT_OUTCOMES ? out : 0]++;
     s->c.inserted++;
     BUMP(g->inserted, 1);
-    record_latency(&ing->latency, clock_ns(CLOCK_MONOTONIC) - arrival);
+    int64_t done = clock_ns(CLOCK_MONOTONIC);
+    record_latency(&ing->latency, done - arrival);
+    record_latency(&ing->processing, done - received);
 }
 
 /* Drain stream s's socket (its mutex held). offset = REALTIME - MONOTONIC. */
@@ -194,21 +199,15 @@ static void drain(cs_ingest *ing, ingest_slot *s, int64_t offset) {
                 BUMP(g->recv_errors, 1);
             return;
         }
-        int64_t fallback = 0;
+        int64_t received = clock_ns(CLOCK_MONOTONIC);
         uint64_t bytes = 0;
         for (int i = 0; i < r; i++) {
             int64_t stamp = kernel_stamp(&ing->msgs[i].msg_hdr);
-            int64_t arrival;
-            if (stamp) {
-                arrival = stamp - offset;
-            } else {
-                if (!fallback)
-                    fallback = clock_ns(CLOCK_MONOTONIC);
-                arrival = fallback;
+            int64_t arrival = stamp ? stamp - offset : received;
+            if (!stamp)
                 BUMP(g->no_timestamp, 1);
-            }
             bytes += ing->msgs[i].msg_len;
-            handle_datagram(ing, s, i, arrival);
+            handle_datagram(ing, s, i, arrival, received);
         }
         BUMP(g->datagrams, (uint64_t)r);
         BUMP(g->bytes, bytes);
@@ -246,6 +245,12 @@ static void *receiver_main(void *arg) {
             else
                 BUMP(g->unknown_socket, 1);
             pthread_mutex_unlock(&s->mu);
+        }
+        if (ing->cfg.coalesce_us && !stop) {
+            int64_t until = m1 + (int64_t)ing->cfg.coalesce_us * 1000;
+            struct timespec t = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {
+            }
         }
     }
     int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);

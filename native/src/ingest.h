@@ -22,8 +22,13 @@
  * Clocks. SO_TIMESTAMPNS gives each datagram a CLOCK_REALTIME kernel receive time. Per
  * wakeup the receiver samples (MONOTONIC, REALTIME, MONOTONIC) and converts the kernel
  * stamps into CLOCK_MONOTONIC (Python's time.monotonic_ns()), which is the now_ns handed
- * to cs_jb_insert: arrival time includes socket-queue wait. Latency histogram: kernel
- * timestamp -> just after the jitter-buffer insert, in ns.
+ * to cs_jb_insert: arrival time includes socket-queue wait. Latency histograms: kernel
+ * timestamp -> just after the jitter-buffer insert, and recvmmsg return -> the same.
+ *
+ * Wakeups. With coalesce_us = 0 the thread wakes for nearly every datagram when
+ * streams are many and sparse (one socket per 50 pps leg): lowest latency, but the
+ * context switch dominates the CPU cost. coalesce_us > 0 caps the wakeup rate at about
+ * 1e6 / coalesce_us per second, trading that much arrival latency for CPU.
  *
  * Allocation: cs_ingest_new() allocates the table and receive buffers, add_stream the
  * jitter buffer; the receive path allocates nothing.
@@ -45,11 +50,14 @@ typedef struct {
     uint32_t batch;          /* datagrams per recvmmsg, 1..64 */
     uint32_t max_batches;    /* recvmmsg calls per ready socket per wakeup, >= 1 */
     uint32_t max_datagram;   /* receive buffer per datagram (bytes); longer = truncated */
-    uint32_t reserved;
+    uint32_t coalesce_us;    /* after a wakeup, sleep until wakeup + this before waiting
+                              * again: fewer wakeups (CPU) for up to this much latency */
 } cs_ingest_config;
 
 /* Latency histogram: fine[i] counts [i, i+1) µs for i < 1000; tail[k] counts
- * [2^k, 2^(k+1)) ms for k < 11, tail[11] everything from 2048 ms up. */
+ * [2^k, 2^(k+1)) ms for k < 11, tail[11] everything from 2048 ms up. Two are kept:
+ * arrival (kernel timestamp -> after insert: includes socket-queue wait, thread wake-up
+ * and coalescing) and processing (recvmmsg returned -> after insert: our code only). */
 typedef struct {
     uint64_t fine[1000];
     uint64_t tail[12];
@@ -122,6 +130,7 @@ int cs_ingest_stream_stats(cs_ingest *ing, int32_t id, cs_jb_stats *out);
 int cs_ingest_stream_counters(cs_ingest *ing, int32_t id, cs_stream_counters *out);
 void cs_ingest_get_counters(cs_ingest *ing, cs_ingest_counters *out);
 void cs_ingest_get_latency(cs_ingest *ing, cs_ingest_latency *out);
+void cs_ingest_get_processing(cs_ingest *ing, cs_ingest_latency *out);
 /* CPU time (ns) used by this ingest's receiver threads so far, running or exited. */
 int64_t cs_ingest_thread_cpu_ns(cs_ingest *ing);
 /* CDEF END */

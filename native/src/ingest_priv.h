@@ -46,7 +46,8 @@ struct cs_ingest {
     struct epoll_event events[MAX_EVENTS];
     int64_t cpu_done_ns;      /* CPU of receiver threads that have exited */
     cs_ingest_counters counters;
-    cs_ingest_latency latency;
+    cs_ingest_latency latency;    /* kernel timestamp -> after insert */
+    cs_ingest_latency processing; /* recvmmsg returned -> after insert */
 };
 
 /* Epoll token and stream id: generation (15 bits) << 16 | slot. */

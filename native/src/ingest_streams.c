@@ -210,6 +210,10 @@ void cs_ingest_get_latency(cs_ingest *ing, cs_ingest_latency *out) {
     copy_words(out, &ing->latency, sizeof *out);
 }
 
+void cs_ingest_get_processing(cs_ingest *ing, cs_ingest_latency *out) {
+    copy_words(out, &ing->processing, sizeof *out);
+}
+
 int64_t cs_ingest_thread_cpu_ns(cs_ingest *ing) {
     pthread_mutex_lock(&ing->table_mu); /* a thread stops and stores cpu_done under it */
     int64_t total = __atomic_load_n(&ing->cpu_done_ns, __ATOMIC_RELAXED);

@@ -1,7 +1,8 @@
 """RTP ingest: native C receiver (epoll+recvmmsg) vs an asyncio DatagramProtocol baseline.
 
-Both receivers take the same paced load in the same run (one sender process, one UDP
-socket per stream on 127.0.0.1, G.711 20 ms packets) one after the other:
+Every receiver takes the same paced load in the same run, one after the other (one
+sender process, ``sip_bridge.bench.rtp_load``; one UDP socket per stream on 127.0.0.1;
+G.711 20 ms packets):
 
 (a) native: ``native.ingest.Ingest`` — a C thread, kernel timestamps, RTP parse, source
     lock and jitter-buffer insert; the main thread pulls every stream every 20 ms. Run
@@ -10,14 +11,16 @@ socket per stream on 127.0.0.1, G.711 20 ms packets) one after the other:
 (b) asyncio: one ``DatagramProtocol`` per socket that parses the RTP header with
     ``struct`` and appends to a per-stream deque (drained every 20 ms).
 
-Per receiver: packets/s received, CPU µs per packet (native: the receiver thread's own
-CPU clock; asyncio: the process's CPU), app-level loss (sent vs received per stream),
-the kernel's ``Udp: RcvbufErrors`` delta from /proc/net/snmp, and arrival-to-buffer
-latency. Latency definitions differ, and are labelled: native = kernel receive
-timestamp -> just after the jitter-buffer insert (C histogram, 1 µs buckets); asyncio
-has no kernel timestamp, so it is the sender's send time (in the payload) -> the
-callback's append. On loopback the kernel stamps the datagram inside the sender's
-sendto, so the two are close to comparable.
+Per receiver: packets/s received; CPU µs per packet over a steady-state window (after
+``--warmup`` seconds; native: the receiver thread's own CPU clock, asyncio: the
+process's CPU clock; process CPU is reported for both); app-level loss (sent vs
+received per stream, whole run) and the kernel's ``Udp: RcvbufErrors`` delta from
+/proc/net/snmp; latency. Latency definitions differ and are labelled: native = kernel
+receive timestamp -> just after the jitter-buffer insert (C histogram, 1 µs buckets
+below 1 ms), plus the C code's own processing time (recvmmsg returned -> inserted);
+asyncio has no kernel timestamp, so it is the sender's send time (carried in the
+payload) -> the callback's append. On loopback the kernel stamps a datagram inside the
+sender's sendto, so the two are close to comparable.
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ import asyncio
 import collections
 import functools
 import json
-import os
 import socket
 import struct
 import subprocess
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,10 +64,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="UDP streams (sockets); default pps / 50, i.e. 20 ms G.711 legs",
     )
-    parser.add_argument("--seconds", type=float, default=10.0, help="send time per receiver")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured send time")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured send time first")
     parser.add_argument("--batch", type=int, default=32, help="native recvmmsg batch")
     parser.add_argument(
-        "--only", choices=["native", "asyncio"], default=None, help="measure one receiver only"
+        "--coalesce-us",
+        type=int,
+        default=1000,
+        help="wakeup coalescing of the native_coalesced run (0: skip that run)",
+    )
+    parser.add_argument(
+        "--only", choices=list(RECEIVERS), default=None, help="measure one receiver only"
     )
 
 
@@ -72,8 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for pps in args.pps:
         streams = args.streams or max(1, pps // 50)
-        per_stream = pps / streams
-        payload = round(8000 / per_stream)
+        payload = round(8000 * streams / pps)
         if payload % 20 or payload < 20:
             raise SystemExit(f"{pps} pps over {streams} streams is not a whole 2.5 ms ptime")
         result: dict[str, Any] = {
@@ -81,9 +90,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "streams": streams,
             "ptime_ms": payload / 8,
             "seconds": args.seconds,
+            "warmup_s": args.warmup,
         }
         for name in RECEIVERS:
-            if args.only not in (None, name) or (name == "native_coalesced" and not args.coalesce_us):
+            skip_coalesced = name == "native_coalesced" and not args.coalesce_us
+            if args.only not in (None, name) or skip_coalesced:
                 continue
             rx: _Receiver
             if name == "asyncio":
@@ -120,29 +131,68 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 class _Receiver:
-    """What _measure needs from a receiver: ports, a run loop, and its numbers."""
-
-    name = ""
+    """What _measure needs from a receiver: ports, a run loop, counters, its numbers."""
 
     def addresses(self) -> list[tuple[str, int]]:
         raise NotImplementedError
 
-    def run_until(self, done: Any) -> None:
-        """Receive until done() is true, then DRAIN_S longer."""
+    def run_until(self, done: Callable[[], bool], window: _Window) -> None:
+        """Receive until done(), then DRAIN_S longer; call window.tick(self) every 20 ms."""
         raise NotImplementedError
 
     def received(self) -> list[int]:
+        """Datagrams received so far, per stream."""
         raise NotImplementedError
 
-    def report(self, received: int, wall_s: float) -> dict[str, Any]:
+    def cpu_ns(self) -> int:
+        """CPU time of the receiving code so far."""
+        raise NotImplementedError
+
+    def report(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def close(self) -> None:
         raise NotImplementedError
 
 
+class _Window:
+    """The steady-state window: snapshots at mark_at (after warm-up) and at the end."""
+
+    def __init__(self, mark_at: float) -> None:
+        self.mark_at = mark_at
+        self.start: tuple[float, int, int, int] | None = None
+        self.end: tuple[float, int, int, int] | None = None
+
+    @staticmethod
+    def _snap(rx: _Receiver) -> tuple[float, int, int, int]:
+        return time.monotonic(), rx.cpu_ns(), time.process_time_ns(), sum(rx.received())
+
+    def tick(self, rx: _Receiver) -> None:
+        if self.start is None and time.monotonic() >= self.mark_at:
+            self.start = self._snap(rx)
+
+    def finish(self, rx: _Receiver) -> dict[str, Any]:
+        self.end = self._snap(rx)
+        start = self.start or self.end
+        wall = self.end[0] - start[0]
+        packets = self.end[3] - start[3]
+        return {
+            "window_s": wall,
+            "window_packets": packets,
+            "cpu_us_per_packet": (self.end[1] - start[1]) / 1e3 / max(packets, 1),
+            "cpu_share": (self.end[1] - start[1]) / 1e9 / max(wall, 1e-9),
+            "process_cpu_us_per_packet": (self.end[2] - start[2]) / 1e3 / max(packets, 1),
+            "process_cpu_share": (self.end[2] - start[2]) / 1e9 / max(wall, 1e-9),
+        }
+
+
 def _measure(rx: _Receiver, pps: int, payload: int, args: argparse.Namespace) -> dict[str, Any]:
-    job = {"dests": rx.addresses(), "pps": pps, "seconds": args.seconds, "payload_bytes": payload}
+    job = {
+        "dests": rx.addresses(),
+        "pps": pps,
+        "seconds": args.warmup + args.seconds,
+        "payload_bytes": payload,
+    }
     sender = subprocess.Popen(
         [sys.executable, "-m", "sip_bridge.bench.rtp_load"],
         stdin=subprocess.PIPE,
@@ -155,15 +205,16 @@ def _measure(rx: _Receiver, pps: int, payload: int, args: argparse.Namespace) ->
         sender.stdin.flush()
         if sender.stdout.readline().strip() != "ready":
             raise RuntimeError("load generator failed to start")
-        snmp0, cpu0, t0 = _udp_snmp(), os.times(), time.monotonic()
+        snmp0 = _udp_snmp()
+        window = _Window(time.monotonic() + args.warmup)
         sender.stdin.write("go\n")
         sender.stdin.flush()
-        rx.run_until(lambda: sender.poll() is not None)
-        wall = time.monotonic() - t0
-        cpu1, snmp1 = os.times(), _udp_snmp()
+        rx.run_until(lambda: sender.poll() is not None, window)
+        steady = window.finish(rx)
+        snmp1 = _udp_snmp()
         load: dict[str, Any] = json.loads(sender.stdout.readline())
         got = rx.received()
-        out = rx.report(sum(got), wall)
+        out = rx.report()
     finally:
         rx.close()
         if sender.poll() is None:
@@ -172,26 +223,20 @@ def _measure(rx: _Receiver, pps: int, payload: int, args: argparse.Namespace) ->
     sent = load["sent"]
     lost = [max(0, s - r) for s, r in zip(sent, got, strict=True)]
     send_s = (load["finished_ns"] - load["started_ns"]) / 1e9
-    process_cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    received = sum(got)
+    out.update(steady)
     out.update(
         sent=sum(sent),
-        received=received,
+        received=sum(got),
         sent_pps=sum(sent) / send_s,
-        received_pps=received / send_s,
+        received_pps=sum(got) / send_s,
         app_loss=sum(lost),
         streams_with_loss=sum(1 for x in lost if x),
         rcvbuf_errors_delta=snmp1.get("RcvbufErrors", 0) - snmp0.get("RcvbufErrors", 0),
         udp_in_errors_delta=snmp1.get("InErrors", 0) - snmp0.get("InErrors", 0),
-        process_cpu_us_per_packet=process_cpu / max(received, 1) * 1e6,
-        process_cpu_share=process_cpu / wall,
         sender_cpu_share=load["cpu_s"] / send_s,
         sender_late_slots=load["late_slots"],
         sender_errors=load["send_errors"],
     )
-    if out["cpu_us_per_packet"] is None:  # asyncio: the whole process is the receiver
-        out["cpu_us_per_packet"] = out["process_cpu_us_per_packet"]
-        out["cpu_share"] = out["process_cpu_share"]
     return out
 
 
@@ -222,8 +267,6 @@ def _bind(rcvbuf: int) -> socket.socket:
 
 
 class _NativeReceiver(_Receiver):
-    name = "native"
-
     def __init__(self, streams: int, batch: int, coalesce_us: int) -> None:
         from native.ingest import Ingest
 
@@ -233,15 +276,14 @@ class _NativeReceiver(_Receiver):
             self.ing.add_stream(0, min_delay_ms=40, max_delay_ms=200) for _ in range(streams)
         ]
         self.ing.start()
+        self.counters0 = self.ing.counters()
         self.pull_cpu_ns = 0
         self.pulls = 0
 
     def addresses(self) -> list[tuple[str, int]]:
         return [self.ing.local_address(i) for i in self.ids]
 
-    def run_until(self, done: Any) -> None:
-        self.cpu0 = self.ing.thread_cpu_ns()
-        self.counters0 = self.ing.counters()
+    def run_until(self, done: Callable[[], bool], window: _Window) -> None:
         tick = time.monotonic_ns()
         stop_at: float | None = None
         while stop_at is None or time.monotonic() < stop_at:
@@ -253,36 +295,34 @@ class _NativeReceiver(_Receiver):
             self.ing.pull_all(time.monotonic_ns())
             self.pull_cpu_ns += time.thread_time_ns() - c0
             self.pulls += 1
+            window.tick(self)
             if stop_at is None and done():
                 stop_at = time.monotonic() + DRAIN_S
-        self.cpu1 = self.ing.thread_cpu_ns()
 
     def received(self) -> list[int]:
         return [int(self.ing.stream_counters(i)["datagrams"]) for i in self.ids]
 
-    def report(self, received: int, wall_s: float) -> dict[str, Any]:
-        c = self.ing.counters()
-        cpu_s = (self.cpu1 - self.cpu0) / 1e9
-        latency = _histogram_summary(
-            self.ing.latency(), "kernel SO_TIMESTAMPNS -> after jitter-buffer insert"
-        )
-        processing = _histogram_summary(
-            self.ing.processing(), "recvmmsg returned -> after jitter-buffer insert"
-        )
+    def cpu_ns(self) -> int:
+        return self.ing.thread_cpu_ns()
+
+    def report(self) -> dict[str, Any]:
+        c, c0 = self.ing.counters(), self.counters0
+        wakeups = c["wakeups"] - c0["wakeups"]
         return {
             "receiver": "native: C thread, epoll + recvmmsg, parse + source lock + jb insert"
-            f", coalesce_us={self.coalesce_us}",
-            "cpu_us_per_packet": cpu_s / max(received, 1) * 1e6,
-            "cpu_share": cpu_s / wall_s,
-            "wakeups": c["wakeups"] - self.counters0["wakeups"],
-            "recvmmsg_calls": c["recvmmsg_calls"] - self.counters0["recvmmsg_calls"],
-            "datagrams_per_wakeup": (c["datagrams"] - self.counters0["datagrams"])
-            / max(1, c["wakeups"] - self.counters0["wakeups"]),
+            f", coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
+            "wakeups": wakeups,
+            "recvmmsg_calls": c["recvmmsg_calls"] - c0["recvmmsg_calls"],
+            "datagrams_per_wakeup": (c["datagrams"] - c0["datagrams"]) / max(1, wakeups),
             "pull_cpu_us_per_stream_frame": self.pull_cpu_ns
             / 1e3
             / max(1, self.pulls * len(self.ids)),
-            "latency": latency,
-            "processing": processing,
+            "latency": _histogram_summary(
+                self.ing.latency(), "kernel SO_TIMESTAMPNS -> after jitter-buffer insert"
+            ),
+            "processing": _histogram_summary(
+                self.ing.processing(), "recvmmsg returned -> after jitter-buffer insert"
+            ),
         }
 
     def close(self) -> None:
@@ -290,7 +330,7 @@ class _NativeReceiver(_Receiver):
 
 
 def _histogram_summary(h: Any, definition: str) -> dict[str, Any]:
-    """p50/p90/p99/p99.9 (bucket upper edges, 1 µs resolution below 1 ms) in µs."""
+    """p50/p90/p99/p99.9 (bucket upper edges: 1 µs below 1 ms, then powers of two) in µs."""
     out: dict[str, Any] = {"definition": definition, "unit": "us", "n": h.count}
     out["mean"] = h.sum_ns / max(h.count, 1) / 1e3
     for q, key in ((50, "p50"), (90, "p90"), (99, "p99"), (99.9, "p99.9")):
@@ -323,8 +363,6 @@ class _Proto(asyncio.DatagramProtocol):
 
 
 class _AsyncioReceiver(_Receiver):
-    name = "asyncio"
-
     def __init__(self, streams: int) -> None:
         self.socks = [_bind(4 << 20) for _ in range(streams)]
         self.counts = [0] * streams
@@ -334,10 +372,10 @@ class _AsyncioReceiver(_Receiver):
     def addresses(self) -> list[tuple[str, int]]:
         return [s.getsockname()[:2] for s in self.socks]
 
-    def run_until(self, done: Any) -> None:
-        asyncio.run(self._main(done))
+    def run_until(self, done: Callable[[], bool], window: _Window) -> None:
+        asyncio.run(self._main(done, window))
 
-    async def _main(self, done: Any) -> None:
+    async def _main(self, done: Callable[[], bool], window: _Window) -> None:
         loop = asyncio.get_running_loop()
         transports = []
         for i, s in enumerate(self.socks):
@@ -352,6 +390,7 @@ class _AsyncioReceiver(_Receiver):
             await asyncio.sleep(0.02)
             for proto in self.protos:  # the consumer side: take what arrived
                 proto.queue.clear()
+            window.tick(self)
             if stop_at is None and done():
                 stop_at = loop.time() + DRAIN_S
         for t in transports:
@@ -360,13 +399,16 @@ class _AsyncioReceiver(_Receiver):
     def received(self) -> list[int]:
         return list(self.counts)
 
-    def report(self, received: int, wall_s: float) -> dict[str, Any]:
+    def cpu_ns(self) -> int:
+        return time.process_time_ns()
+
+    def report(self) -> dict[str, Any]:
         lat = np.frombuffer(self.latency, dtype=np.int64) / 1e3
         latency = summarize(lat, unit="us")
         latency["definition"] = "sender send time (payload) -> DatagramProtocol append"
         return {
-            "receiver": "asyncio: DatagramProtocol per socket, struct parse, deque append",
-            "cpu_us_per_packet": None,  # filled from the process CPU by _measure
+            "receiver": "asyncio: DatagramProtocol per socket, struct parse, deque append; "
+            "CPU = the process's clock",
             "latency": latency,
         }
 

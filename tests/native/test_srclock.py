@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
 
 from native import ffi, lib
+from native.ingest_types import fill_addr
 
 MS = 1_000_000
 A = ("10.0.0.1", 4000)
@@ -18,16 +18,8 @@ ACCEPTED = (lib.CS_SRC_ACCEPT, lib.CS_SRC_ACCEPT_LEARNED, lib.CS_SRC_ACCEPT_SSRC
 
 
 def _addr(host_port: tuple[str, int]) -> Any:
-    host, port = host_port
     addr = ffi.new("cs_srclock_addr *")
-    if ":" in host:
-        raw = socket.inet_pton(socket.AF_INET6, host)
-        addr.family = 6
-    else:
-        raw = bytes(int(x) for x in host.split("."))
-        addr.family = 4
-    addr.port = port
-    ffi.memmove(addr.addr, raw, len(raw))
+    fill_addr(addr, *host_port)
     return addr
 
 
