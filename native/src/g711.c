@@ -36,12 +36,14 @@ int16_t cs_alaw_to_linear(uint8_t code) { return alaw_table[code]; }
 
 void cs_ulaw_decode(const uint8_t *in, int16_t *out, size_t n)
 {
+#pragma GCC unroll 8
     for (size_t i = 0; i < n; i++)
         out[i] = ulaw_table[in[i]];
 }
 
 void cs_alaw_decode(const uint8_t *in, int16_t *out, size_t n)
 {
+#pragma GCC unroll 8
     for (size_t i = 0; i < n; i++)
         out[i] = alaw_table[in[i]];
 }

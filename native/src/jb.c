@@ -257,10 +257,20 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
 
     uint64_t written = 0;
     uint8_t start_flag = CS_SLOT_START;
+    uint64_t first_slot = (uint64_t)first & jb->mask;
+    uint64_t n_new = (uint64_t)(end - first);
+    int bulk = bpu == jb->stride && first_slot + n_new <= jb->cap;
+    if (bulk) { /* common case: one copy when the slots are back to back and all free */
+        for (uint64_t i = 0; i < n_new; i++) bulk &= !jb->slot_state[first_slot + i];
+        if (bulk)
+            memcpy(jb->slot_bytes + first_slot * bpu, h->payload + (first - pos) * bpu,
+                   n_new * bpu);
+    }
     for (int64_t u = first; u < end; u++) {
         uint64_t slot = (uint64_t)u & jb->mask;
         if (jb->slot_state[slot]) continue; /* overlap with audio we already hold */
-        memcpy(jb->slot_bytes + slot * jb->stride, h->payload + (u - pos) * bpu, bpu);
+        if (!bulk)
+            memcpy(jb->slot_bytes + slot * jb->stride, h->payload + (u - pos) * bpu, bpu);
         jb->slot_state[slot] = (uint8_t)((idx + 1) | start_flag);
         jb->slot_arrival[slot] = now;
         jb->slot_ts[slot] = h->ts + (uint32_t)((u - pos) * jb->tpu);

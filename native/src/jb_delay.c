@@ -18,6 +18,7 @@ void cs_delay_init(cs_delay_est *d, uint32_t start_ms, uint32_t min_ms, uint32_t
     d->max_ms = max_ms < min_ms ? min_ms : max_ms;
     d->target_ms = start_ms < d->min_ms ? d->min_ms : start_ms > d->max_ms ? d->max_ms : start_ms;
     d->interval_start_ns = -1;
+    d->scale = 1.0;
 }
 
 void cs_delay_rebase(cs_delay_est *d) {
@@ -33,17 +34,24 @@ static void update_target(cs_delay_est *d, int64_t max_rel_ns) {
     /* Start fast: the first observations weigh as much as the forgetting allows. */
     double forget = 1.0 - 1.0 / (double)(d->updates + 2);
     if (forget > FORGET) forget = FORGET;
-    for (uint32_t i = 0; i < CS_DELAY_BUCKETS; i++) d->buckets[i] *= forget;
-    d->buckets[b] += 1.0 - forget;
     d->updates++;
+    /* Forgetting without touching every bucket: instead of scaling the old mass down
+     * by `forget`, scale the new observation up by 1/forget (stored = true * scale). */
+    d->scale /= forget;
+    double add = (1.0 - forget) * d->scale;
+    d->buckets[b] += add;
+    d->total += add;
+    if (d->scale > 1e150) { /* renormalise long before doubles overflow */
+        for (uint32_t i = 0; i < CS_DELAY_BUCKETS; i++) d->buckets[i] /= d->scale;
+        d->total /= d->scale;
+        d->scale = 1.0;
+    }
 
-    double total = 0.0;
-    for (uint32_t i = 0; i < CS_DELAY_BUCKETS; i++) total += d->buckets[i];
-    double acc = 0.0;
+    double acc = 0.0, want = QUANTILE * d->total;
     uint32_t q = CS_DELAY_BUCKETS - 1;
     for (uint32_t i = 0; i < CS_DELAY_BUCKETS; i++) {
         acc += d->buckets[i];
-        if (acc >= QUANTILE * total) {
+        if (acc >= want) {
             q = i;
             break;
         }

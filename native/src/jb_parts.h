@@ -38,7 +38,9 @@ typedef struct {
     uint32_t hist_len;
     int64_t interval_start_ns;
     int64_t interval_max_ns;
-    double buckets[CS_DELAY_BUCKETS];
+    double buckets[CS_DELAY_BUCKETS]; /* histogram, stored scaled by `scale` */
+    double scale;
+    double total;                      /* sum of buckets (scaled) */
     uint64_t updates;
     uint32_t target_ms;
     uint32_t min_ms, max_ms;

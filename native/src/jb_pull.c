@@ -27,11 +27,12 @@
 #define TROUGH_WINDOW_PULLS 50u
 #define UNIT_MS 2.5
 
-static void decode_unit(const cs_jb *jb, uint64_t slot, int16_t *out) {
-    uint8_t state = jb->slot_state[slot];
-    const cs_pt_entry *pe = &jb->cfg.pts[(state & CS_SLOT_PT_MASK) - 1];
+/* Decode `units` consecutive units of one payload type whose bytes are contiguous in
+ * the ring (slot .. slot + units - 1, no wrap) with one call per run. */
+static void decode_run(const cs_jb *jb, uint64_t slot, uint32_t units, int16_t *out) {
+    const cs_pt_entry *pe = &jb->cfg.pts[(jb->slot_state[slot] & CS_SLOT_PT_MASK) - 1];
     const uint8_t *src = jb->slot_bytes + slot * jb->stride;
-    uint32_t n = jb->spu;
+    uint32_t n = jb->spu * units;
     switch (pe->codec) {
     case CS_CODEC_PCMU:
         cs_ulaw_decode(src, out, n);
@@ -88,49 +89,68 @@ static int finish(cs_jb *jb, cs_frame_info *info, uint8_t flag) {
     return flag;
 }
 
-/* Emit the frame at the playout point and advance past it. */
+/* Emit the frame at the playout point and advance past it. Units are handled in runs:
+ * consecutive received units of one payload type are decoded with one call when their
+ * bytes sit back to back in the ring (every slot is exactly one unit of that codec). */
 static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
-    uint32_t concealed = 0, cng = 0;
+    uint32_t concealed = 0, cng = 0, real_units = 0;
+    uint64_t wait_sum = 0;
     uint8_t mask = 0;
-    int64_t target_ns = (int64_t)jb->delay.target_ms * 1000000;
-    int64_t min_ns = (int64_t)jb->delay.min_ms * 1000000;
+    const uint32_t spu = jb->spu;
     info->pos = jb->play_pos;
-    for (uint32_t k = 0; k < CS_UNITS_PER_FRAME; k++) {
+    uint32_t k = 0;
+    while (k < CS_UNITS_PER_FRAME) {
         uint64_t slot = (uint64_t)(jb->play_pos + k) & jb->mask;
         uint8_t state = jb->slot_state[slot];
-        int16_t *out = pcm + k * jb->spu;
-        if (state) {
-            decode_unit(jb, slot, out);
-            mask |= (uint8_t)(1u << k);
-            if (!info->has_rtp_ts) {
-                info->rtp_ts = jb->slot_ts[slot] - k * jb->tpu;
-                info->has_rtp_ts = 1;
+        if (!state) {
+            memset(pcm + k * spu, 0, spu * sizeof *pcm);
+            if (jb->dtx || jb->play_pos + k < jb->cng_until) {
+                cng += spu;
+                end_concealment(jb);
+            } else {
+                concealed += spu;
+                conceal_units(jb, 1);
             }
-            int64_t wait = now - jb->slot_arrival[slot];
+            k++;
+            continue;
+        }
+        /* extend the run while the next unit holds the same payload type, without wrap */
+        const cs_pt_entry *pe = &jb->cfg.pts[(state & CS_SLOT_PT_MASK) - 1];
+        uint32_t contiguous = cs_jb_bytes_per_unit(pe) == jb->stride;
+        uint32_t run = 1;
+        while (k + run < CS_UNITS_PER_FRAME && slot + run <= jb->mask && contiguous &&
+               (jb->slot_state[slot + run] & CS_SLOT_PT_MASK) == (state & CS_SLOT_PT_MASK))
+            run++;
+        decode_run(jb, slot, run, pcm + k * spu);
+        if (!info->has_rtp_ts) {
+            info->rtp_ts = jb->slot_ts[slot] - k * jb->tpu;
+            info->has_rtp_ts = 1;
+        }
+        for (uint32_t r = 0; r < run; r++) {
+            uint8_t st = jb->slot_state[slot + r];
+            int64_t wait = now - jb->slot_arrival[slot + r];
             if (wait < 0) wait = 0;
-            if (state & CS_SLOT_START) {
+            wait_sum += (uint64_t)wait;
+            if (st & CS_SLOT_START) {
                 uint64_t b = (uint64_t)(wait / 1000000);
                 if (b >= CS_WAIT_HIST_BUCKETS) b = CS_WAIT_HIST_BUCKETS - 1;
                 jb->st.wait_hist[b]++;
                 jb->st.packets_played++;
             }
-            jb->st.jitter_buffer_delay_ns += (uint64_t)wait * jb->spu;
-            jb->st.jitter_buffer_target_delay_ns += (uint64_t)target_ns * jb->spu;
-            jb->st.jitter_buffer_minimum_delay_ns += (uint64_t)min_ns * jb->spu;
-            jb->st.jitter_buffer_emitted_count += jb->spu;
-            jb->st.units_played++;
-            jb->slot_state[slot] = 0;
-            end_concealment(jb);
-        } else {
-            memset(out, 0, jb->spu * sizeof *out);
-            if (jb->dtx || jb->play_pos + k < jb->cng_until) {
-                cng += jb->spu;
-                end_concealment(jb);
-            } else {
-                concealed += jb->spu;
-                conceal_units(jb, 1);
-            }
+            jb->slot_state[slot + r] = 0;
         }
+        mask |= (uint8_t)(((1u << run) - 1u) << k);
+        real_units += run;
+        end_concealment(jb);
+        k += run;
+    }
+    if (real_units) {
+        uint64_t samples = (uint64_t)real_units * spu;
+        jb->st.jitter_buffer_delay_ns += wait_sum * spu;
+        jb->st.jitter_buffer_target_delay_ns += samples * jb->delay.target_ms * 1000000u;
+        jb->st.jitter_buffer_minimum_delay_ns += samples * jb->delay.min_ms * 1000000u;
+        jb->st.jitter_buffer_emitted_count += samples;
+        jb->st.units_played += real_units;
     }
     jb->st.concealed_samples += concealed;
     jb->st.cng_samples += cng;
