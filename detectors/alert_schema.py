@@ -1,0 +1,149 @@
+"""The versioned wire schema of what CallShield publishes: alerts, score updates and
+call events (DESIGN §5–§6).
+
+Pure pydantic, no numpy: the dashboard and the webhook dispatcher import this module
+and nothing else from the media side. ``SCHEMA_VERSION`` changes with any field change
+that a consumer could notice; JSON Schema files are generated from these models.
+
+Ids are deterministic (``alert_id_for``), so a retried publish never creates a second
+alert; an escalation is a new ``revision`` of the same alert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION: Final = "1.0"
+
+
+class Dimension(StrEnum):
+    SYNTHETIC_VOICE = "synthetic_voice"
+    KNOWN_FRAUDSTER = "known_fraudster"
+    VOICE_MISMATCH = "voice_mismatch"
+    REPLAY = "replay"
+    CALLER_ID = "caller_id"
+    DTMF_BEHAVIOUR = "dtmf_behaviour"
+    SPEECH_ACTIVITY = "speech_activity"
+
+
+class Band(StrEnum):
+    LOW = "low"
+    ELEVATED = "elevated"
+    HIGH = "high"
+
+
+class CallState(StrEnum):
+    LIVE = "live"
+    ENDED = "ended"
+
+
+class LegRole(StrEnum):
+    EXTERNAL = "external"
+    INTERNAL = "internal"
+    MIXED = "mixed"
+    UNKNOWN = "unknown"
+
+
+class Abstention(StrEnum):
+    TOO_LITTLE_SPEECH = "too_little_speech"
+    TONE_OR_MUSIC = "tone_or_music"
+    TOO_MUCH_CONCEALED = "too_much_concealed"
+    PAUSED = "paused"
+    LEG_UNKNOWN = "leg_unknown"
+    UNAVAILABLE = "unavailable"  # the detector failed or missed its deadline
+
+
+Score = Annotated[float, Field(ge=0.0, le=1.0)]
+Seconds = Annotated[float, Field(ge=0.0)]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Reason(_Wire):
+    """One piece of evidence: which dimension, when in the call, how strong."""
+
+    dimension: Dimension
+    start_s: Seconds  # offset from the call's start
+    end_s: Seconds
+    score: Score
+    detail: str = ""
+
+
+class WindowQuality(_Wire):
+    """Jitter-buffer quality of the audio behind a score."""
+
+    concealed_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    late_packets: int = 0
+    jitter_ms: float = 0.0
+
+
+class Alert(_Wire):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    kind: Literal["alert"] = "alert"
+    alert_id: str
+    revision: int = Field(ge=1)
+    call_id: str
+    correlation_id: str | None = None
+    external_ids: dict[str, str] = Field(default_factory=dict)
+    tenant: str = "default"
+    node_id: str
+    dimension: Dimension
+    band: Band
+    score: Score
+    threshold: Score
+    episode: int = Field(ge=0)
+    reasons: tuple[Reason, ...]
+    call_state: CallState = CallState.LIVE
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = None
+    policy_version: str
+    model_versions: dict[str, str] = Field(default_factory=dict)
+    provider: str
+    thresholds: dict[str, float] = Field(default_factory=dict)
+
+
+class ScoreUpdate(_Wire):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    kind: Literal["score"] = "score"
+    call_id: str
+    leg_id: str
+    dimension: Dimension
+    window_start_s: Seconds
+    window_end_s: Seconds
+    score: Score | None  # None when abstained
+    abstained: Abstention | None = None
+    quality: WindowQuality = WindowQuality()
+    model_version: str = ""
+    provider: str = ""
+
+
+class CallEvent(_Wire):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    kind: Literal["call_event"] = "call_event"
+    call_id: str
+    event: Literal["started", "updated", "held", "resumed", "ended"]
+    at: datetime
+    reason: str = ""  # e.g. bye, cancel, rtp_timeout, drained, unanalyzed:capacity
+    correlation_id: str | None = None
+    external_ids: dict[str, str] = Field(default_factory=dict)
+    legs: dict[str, LegRole] = Field(default_factory=dict)
+
+
+def alert_id_for(call_key: str, dimension: Dimension, episode: int) -> str:
+    """Deterministic alert id: the same (call or correlation id, dimension, episode)
+    always names the same alert, on every node and every retry."""
+    digest = hashlib.sha256(f"{call_key}\x1f{dimension.value}\x1f{episode}".encode())
+    return "al_" + digest.hexdigest()[:24]
+
+
+def event_id(alert: Alert) -> str:
+    """Webhook event id: one per alert revision, so escalations are not deduplicated."""
+    return f"{alert.alert_id}.r{alert.revision}"
