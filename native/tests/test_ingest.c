@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "demux.h"
 #include "ingest.h"
 
 enum { STREAMS = 4, FLOOD_STREAMS = 8 };
@@ -209,10 +210,172 @@ static void test_ingest_errors(void)
     cs_ingest_free(ing); /* never started: free must still close the stream's fd */
 }
 
+
+/* ---- the shared-port demux table (demux.c) ------------------------------------------ */
+
+static cs_srclock_addr v4addr(uint8_t last, uint16_t port)
+{
+    cs_srclock_addr a;
+    memset(&a, 0, sizeof a);
+    a.family = 4;
+    a.port = port;
+    a.addr[0] = 192;
+    a.addr[1] = 0;
+    a.addr[2] = 2;
+    a.addr[3] = last;
+    return a;
+}
+
+static cs_demux_key addr_key(uint16_t sock, uint8_t last, uint16_t port)
+{
+    cs_srclock_addr a = v4addr(last, port);
+    cs_demux_key k;
+    cs_demux_key_make(&k, sock, CS_DEMUX_ADDR, &a, 0);
+    return k;
+}
+
+static void test_demux_insert_find_remove(void)
+{
+    cs_demux d;
+    REQUIRE(cs_demux_init(&d, 16, 1) == 0);
+    cs_demux_key a = addr_key(0, 1, 4000), b = addr_key(1, 1, 4000), c = addr_key(0, 1, 4002);
+    CHECK_EQ(cs_demux_find(&d, &a), -1);
+    CHECK_EQ(cs_demux_insert(&d, &a, 10), 0);
+    CHECK_EQ(cs_demux_insert(&d, &b, 11), 0); /* same source on another socket */
+    CHECK_EQ(cs_demux_insert(&d, &c, 12), 0);
+    CHECK_EQ(cs_demux_insert(&d, &a, 13), -EEXIST);
+    CHECK_EQ(cs_demux_insert(&d, &a, -1), -EINVAL);
+    CHECK_EQ(cs_demux_find(&d, &a), 10);
+    CHECK_EQ(cs_demux_find(&d, &b), 11);
+    CHECK_EQ(cs_demux_find(&d, &c), 12);
+    CHECK_EQ(d.count, 3);
+    CHECK_EQ(d.kinds[CS_DEMUX_ADDR], 3);
+    CHECK_EQ(cs_demux_remove(&d, &a), 0);
+    CHECK_EQ(cs_demux_remove(&d, &a), -ENOENT);
+    CHECK_EQ(cs_demux_find(&d, &a), -1);
+    CHECK_EQ(cs_demux_find(&d, &c), 12);
+    CHECK_EQ(d.count, 2);
+    cs_demux_free(&d);
+    CHECK(cs_demux_init(&d, 0, 1) == -EINVAL);
+}
+
+static void test_demux_full(void)
+{
+    cs_demux d;
+    REQUIRE(cs_demux_init(&d, 5, 7) == 0);
+    CHECK(d.mask + 1 >= 2 * 5);
+    for (uint16_t i = 0; i < 5; i++) {
+        cs_demux_key k = addr_key(0, 9, (uint16_t)(5000 + i));
+        CHECK_EQ(cs_demux_insert(&d, &k, i), 0);
+    }
+    cs_demux_key extra = addr_key(0, 9, 6000), first = addr_key(0, 9, 5000);
+    CHECK_EQ(cs_demux_insert(&d, &extra, 99), -ENOSPC);
+    CHECK_EQ(cs_demux_find(&d, &extra), -1);
+    CHECK_EQ(cs_demux_remove(&d, &first), 0);
+    CHECK_EQ(cs_demux_insert(&d, &extra, 99), 0);
+    CHECK_EQ(cs_demux_find(&d, &extra), 99);
+    cs_demux_free(&d);
+}
+
+/* Keys that all start probing at one slot (found by search; the seed is fixed), then
+ * removal from the front, the middle and the end of the run, wrapping past the end. */
+static void test_demux_collisions(void)
+{
+    cs_demux d;
+    REQUIRE(cs_demux_init(&d, 32, 3) == 0);
+    enum { RUN = 6 };
+    cs_demux_key run[RUN];
+    int n = 0;
+    for (uint32_t port = 1; port < 65536 && n < RUN; port++) {
+        cs_demux_key k = addr_key(2, 7, (uint16_t)port);
+        if (cs_demux_home(&d, &k) == d.mask) /* the last slot: the run wraps to slot 0 */
+            run[n++] = k;
+    }
+    REQUIRE(n == RUN);
+    for (int i = 0; i < RUN; i++)
+        CHECK_EQ(cs_demux_insert(&d, &run[i], 100 + i), 0);
+    for (int i = 0; i < RUN; i++)
+        CHECK_EQ(cs_demux_find(&d, &run[i]), 100 + i);
+    CHECK_EQ(cs_demux_remove(&d, &run[0]), 0); /* front of the run */
+    CHECK_EQ(cs_demux_remove(&d, &run[3]), 0); /* middle */
+    CHECK_EQ(cs_demux_remove(&d, &run[RUN - 1]), 0); /* end */
+    for (int i = 0; i < RUN; i++)
+        CHECK_EQ(cs_demux_find(&d, &run[i]), (i == 0 || i == 3 || i == RUN - 1) ? -1 : 100 + i);
+    CHECK_EQ(cs_demux_insert(&d, &run[3], 7), 0);
+    CHECK_EQ(cs_demux_find(&d, &run[3]), 7);
+    cs_demux_free(&d);
+}
+
+/* Random inserts and removes against a reference array: every key is found exactly when
+ * the reference holds it, with its value, and the count agrees. */
+static void test_demux_random_against_reference(void)
+{
+    enum { UNIVERSE = 96, MAX_KEYS = 48 };
+    cs_demux d;
+    REQUIRE(cs_demux_init(&d, MAX_KEYS, 11) == 0);
+    int32_t ref[UNIVERSE];
+    uint32_t held = 0, rng = 12345;
+    for (int i = 0; i < UNIVERSE; i++)
+        ref[i] = -1;
+    for (int step = 0; step < 40000; step++) {
+        uint32_t r = cs_test_rng(&rng);
+        int i = (int)(r % UNIVERSE);
+        cs_demux_key k = addr_key(0, (uint8_t)(i % 3), (uint16_t)(7000 + i));
+        if ((r >> 8) & 1) {
+            int rc = cs_demux_insert(&d, &k, step);
+            int want = ref[i] >= 0 ? -EEXIST : held >= MAX_KEYS ? -ENOSPC : 0;
+            CHECK_EQ(rc, want);
+            if (rc == 0) {
+                ref[i] = step;
+                held++;
+            }
+        } else {
+            CHECK_EQ(cs_demux_remove(&d, &k), ref[i] >= 0 ? 0 : -ENOENT);
+            if (ref[i] >= 0)
+                held--;
+            ref[i] = -1;
+        }
+        if (step % 997 == 0) {
+            for (int j = 0; j < UNIVERSE; j++) {
+                cs_demux_key q = addr_key(0, (uint8_t)(j % 3), (uint16_t)(7000 + j));
+                CHECK_EQ(cs_demux_find(&d, &q), ref[j]);
+            }
+        }
+    }
+    CHECK_EQ(d.count, held);
+    cs_demux_free(&d);
+}
+
+static void test_demux_lookup_most_specific_first(void)
+{
+    cs_demux d;
+    REQUIRE(cs_demux_init(&d, 8, 5) == 0);
+    cs_srclock_addr src = v4addr(1, 4000), other = v4addr(2, 4000);
+    cs_demux_key k;
+    cs_demux_key_make(&k, 0, CS_DEMUX_SSRC, NULL, 0xAA);
+    CHECK_EQ(cs_demux_insert(&d, &k, 3), 0);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &other, 0xAA), 3); /* learning by SSRC */
+    CHECK_EQ(cs_demux_lookup(&d, 1, &other, 0xAA), -1); /* another socket */
+    cs_demux_key_make(&k, 0, CS_DEMUX_ADDR, &src, 0);
+    CHECK_EQ(cs_demux_insert(&d, &k, 2), 0);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &src, 0xAA), 2); /* the address wins over the SSRC */
+    cs_demux_key_make(&k, 0, CS_DEMUX_ADDR_SSRC, &src, 0xAA);
+    CHECK_EQ(cs_demux_insert(&d, &k, 1), 0);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &src, 0xAA), 1); /* address and SSRC win over both */
+    CHECK_EQ(cs_demux_lookup(&d, 0, &src, 0xBB), 2);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &other, 0xBB), -1);
+    cs_demux_free(&d);
+}
+
 static const cs_test_case ingest_cases[] = {
     {"ingest_receive_and_pull", test_ingest_receive_and_pull},
     {"ingest_remove_and_add_under_traffic", test_ingest_remove_and_add_under_traffic},
     {"ingest_errors", test_ingest_errors},
+    {"demux_insert_find_remove", test_demux_insert_find_remove},
+    {"demux_full", test_demux_full},
+    {"demux_collisions", test_demux_collisions},
+    {"demux_random_against_reference", test_demux_random_against_reference},
+    {"demux_lookup_most_specific_first", test_demux_lookup_most_specific_first},
 };
 
 const cs_test_suite cs_suite_ingest = {"ingest", ingest_cases, CS_TEST_COUNT(ingest_cases)};
