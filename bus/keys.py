@@ -1,0 +1,94 @@
+"""Every Redis key CallShield uses, under one configurable prefix (DESIGN.md §6).
+
+Streams:
+  ``{alerts}``            durable alert stream (every revision once); trimmed only below
+                          what every consumer group has acknowledged and older than the
+                          retention (``bus.retention``)
+  ``{alerts}:seen:<id>``  hash revision -> stream entry id: the (alert_id, revision)
+                          dedupe that makes a retried XADD a no-op (same hash slot as
+                          the stream, so the Lua script also runs on Redis Cluster)
+  ``scores``, ``events``  lossy streams, ``MAXLEN ~``
+Call state: ``call:<call_id>`` hash for live calls, ``calls:live`` sorted set.
+Detector shared state: ``watchlist:<tenant>``, ``enrol:<tenant>:<subject>``,
+``fp:<bucket>``, ``ani:<window>:<ani_hash>`` (ANIs only as keyed hashes, never raw).
+Webhooks: ``wh:*`` (``bus.webhooks.store``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = "callshield:"
+
+    # --- streams ------------------------------------------------------------------
+    @property
+    def alerts(self) -> str:
+        return f"{self.prefix}{{alerts}}"
+
+    def alert_seen(self, alert_id: str) -> str:
+        return f"{self.prefix}{{alerts}}:seen:{alert_id}"
+
+    @property
+    def scores(self) -> str:
+        return f"{self.prefix}scores"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    # --- call state ---------------------------------------------------------------
+    def call(self, call_id: str) -> str:
+        return f"{self.prefix}call:{call_id}"
+
+    @property
+    def live_calls(self) -> str:
+        return f"{self.prefix}calls:live"
+
+    # --- detector shared state (DESIGN §1 SharedState) ------------------------------
+    def watchlist(self, tenant: str) -> str:
+        return f"{self.prefix}watchlist:{tenant}"
+
+    def enrolment(self, tenant: str, subject: str) -> str:
+        return f"{self.prefix}enrol:{tenant}:{subject}"
+
+    def fingerprint(self, bucket: str) -> str:
+        return f"{self.prefix}fp:{bucket}"
+
+    def ani_counter(self, window: str, ani_hash: str) -> str:
+        return f"{self.prefix}ani:{window}:{ani_hash}"
+
+    # --- webhooks -------------------------------------------------------------------
+    @property
+    def wh_endpoints(self) -> str:
+        """Hash endpoint id -> endpoint JSON (secrets encrypted)."""
+        return f"{self.prefix}wh:endpoints"
+
+    def wh_delivery(self, endpoint_id: str, event_id: str) -> str:
+        return f"{self.prefix}wh:d:{endpoint_id}:{event_id}"
+
+    def wh_queue(self, endpoint_id: str, call_key: str) -> str:
+        """One FIFO per (endpoint, call): per-call ordering."""
+        return f"{self.prefix}wh:q:{endpoint_id}:{call_key}"
+
+    @property
+    def wh_due(self) -> str:
+        """Sorted set: queue name -> when its head is due (clock seconds)."""
+        return f"{self.prefix}wh:due"
+
+    @property
+    def wh_parked(self) -> str:
+        """Set of queues whose endpoint is disabled: resumed on enable."""
+        return f"{self.prefix}wh:parked"
+
+    @property
+    def wh_dead(self) -> str:
+        """Sorted set: dead-lettered delivery keys by when they died."""
+        return f"{self.prefix}wh:dead"
+
+    @property
+    def wh_log(self) -> str:
+        """Stream: one entry per attempt (capped)."""
+        return f"{self.prefix}wh:log"

