@@ -8,11 +8,15 @@ the stream's jitter buffer. Python never sees a packet: it calls :meth:`Ingest.p
 on its 20 ms clock and gets numpy views of one preallocated PCM array and one
 frame-info array, for every stream at once.
 
-Sockets: :meth:`Ingest.add_stream` takes a bound UDP socket (or a port to bind). The C
-side keeps its own duplicate of the descriptor and closes it on removal, so the
-caller's socket may be closed at any time; the port stays bound until the stream is
-removed. This wrapper is meant for one controlling thread (add/remove/pull); the C
-calls release the GIL and lock per stream.
+Sockets: :meth:`Ingest.add_stream` takes a bound UDP socket (or a port to bind) that
+the leg owns. :meth:`Ingest.add_socket` adds a shared socket and
+:meth:`Ingest.add_stream_shared` a leg on it: many legs on one port, told apart in C by
+the datagram's source address (expected from SDP or learned by the source lock) and
+SSRC, which is what lets one ``recvmmsg`` read many datagrams (rule: native/src/
+ingest.h). The C side keeps its own duplicate of each descriptor and closes it on
+removal, so the caller's socket may be closed at any time; the port stays bound until
+the stream or socket is removed. This wrapper is meant for one controlling thread
+(add/remove/pull); the C calls release the GIL and lock per stream.
 """
 
 from __future__ import annotations
@@ -20,18 +24,21 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import numpy as np
 import numpy.typing as npt
 
 from native import ffi, lib
 from native.ingest_types import (
+    DEFAULT_PAYLOAD_TYPES,
     FRAME_INFO_DTYPE,
     LatencyHistogram,
+    LegConfig,
+    LegOptions,
+    PayloadType,
     addr_text,
     by_error_name,
     fill_addr,
@@ -41,22 +48,16 @@ from native.ingest_types import (
 )
 
 __all__ = [
+    "DEFAULT_PAYLOAD_TYPES",
     "FRAME_INFO_DTYPE",
     "Ingest",
     "IngestError",
     "LatencyHistogram",
+    "LegConfig",
     "PayloadType",
     "PulledFrames",
     "frame_flag_name",
 ]
-
-_CODECS: dict[str, int] = {
-    "PCMU": lib.CS_CODEC_PCMU,
-    "PCMA": lib.CS_CODEC_PCMA,
-    "L16": lib.CS_CODEC_L16,
-    "CN": lib.CS_CODEC_CN,
-    "telephone-event": lib.CS_CODEC_TELEPHONE_EVENT,
-}
 
 
 class IngestError(OSError):
@@ -68,24 +69,6 @@ def _check(rc: int, what: str) -> int:
         name = errno.errorcode.get(-rc, str(-rc))
         raise IngestError(-rc, f"{what}: {name} ({os.strerror(-rc)})")
     return rc
-
-
-@dataclass(frozen=True, slots=True)
-class PayloadType:
-    """One entry of a stream's payload-type table (from the SDP rtpmap)."""
-
-    pt: int
-    codec: str  # PCMU, PCMA, L16, CN, telephone-event
-    clock_rate: int = 8000
-    channels: int = 1
-
-
-DEFAULT_PAYLOAD_TYPES = (
-    PayloadType(0, "PCMU"),
-    PayloadType(8, "PCMA"),
-    PayloadType(13, "CN"),
-    PayloadType(101, "telephone-event"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +96,22 @@ class Ingest:
         max_batches: int = 4,
         max_datagram: int = 2048,
         coalesce_us: int = 0,
+        coalesce_min: int = 8,
+        max_sockets: int = 16,
+        cpu: int | None = None,
         max_frame_samples: int = 960,
     ) -> None:
-        """coalesce_us > 0 caps the receiver's wakeups at ~1e6/coalesce_us per second:
-        less CPU per packet under load, up to that much more arrival latency."""
+        """coalesce_us > 0 caps the receiver's wakeups at ~1e6/coalesce_us per second
+        while at least coalesce_min datagrams are expected per coalesce_us (0: always):
+        less CPU per packet under load, up to that much more arrival latency. cpu pins
+        the receiver thread to one CPU."""
         cfg = ffi.new("cs_ingest_config *")
         lib.cs_ingest_default_config(cfg)
         cfg.max_streams, cfg.rcvbuf_bytes = max_streams, rcvbuf_bytes
         cfg.batch, cfg.max_batches, cfg.max_datagram = batch, max_batches, max_datagram
-        cfg.coalesce_us = coalesce_us
+        cfg.coalesce_us, cfg.coalesce_min = coalesce_us, coalesce_min
+        cfg.max_sockets = max_sockets
+        cfg.cpu = -1 if cpu is None else cpu
         ptr = lib.cs_ingest_new(cfg)
         if ptr == ffi.NULL:
             raise ValueError(
@@ -134,6 +124,7 @@ class Ingest:
         self._ids = np.zeros(max_streams, dtype=np.int32)
         self._frame_samples: dict[int, int] = {}  # stream id -> samples per frame
         self._local: dict[int, tuple[str, int]] = {}  # stream id -> bound address
+        self._socket_local: dict[int, tuple[str, int]] = {}  # socket id -> bound address
         self._n = 0
         self._stride = 0
         self._max_frame_samples = max_frame_samples
@@ -142,6 +133,7 @@ class Ingest:
         self._c_ids = ffi.from_buffer("int32_t[]", self._ids)
         self._jb_stats = ffi.new("cs_jb_stats *")
         self._stream_counters = ffi.new("cs_stream_counters *")
+        self._socket_counters = ffi.new("cs_socket_counters *")
         self._counters = ffi.new("cs_ingest_counters *")
         self._latency = ffi.new("cs_ingest_latency *")
         self._dtmf = ffi.new("cs_dtmf_event[16]")
@@ -164,6 +156,7 @@ class Ingest:
             self._ing = None
             self._frame_samples.clear()
             self._local.clear()
+            self._socket_local.clear()
             self._rebuild_ids()
 
     def _live(self) -> Any:
@@ -190,44 +183,13 @@ class Ingest:
         sock: socket.socket | int,
         *,
         host: str = "127.0.0.1",
-        payload_types: Sequence[PayloadType] = DEFAULT_PAYLOAD_TYPES,
-        out_rate: int = 8000,
-        min_delay_ms: int | None = None,
-        max_delay_ms: int | None = None,
-        start_delay_ms: int | None = None,
-        capacity_ms: int | None = None,
-        probation: int = 2,
-        ssrc_quiet_ms: float = 80.0,
         expected_source: tuple[str, int] | None = None,
+        **leg: Unpack[LegOptions],
     ) -> int:
-        """Add a leg; returns its stream id. ``sock``: a bound UDP socket or a port to bind."""
-        jb = ffi.new("cs_jb_config *")
-        lib.cs_jb_default_config(jb)
-        jb.out_rate = out_rate
-        for name, value in (
-            ("min_delay_ms", min_delay_ms),
-            ("max_delay_ms", max_delay_ms),
-            ("start_delay_ms", start_delay_ms),
-            ("capacity_ms", capacity_ms),
-        ):
-            if value is not None:
-                setattr(jb, name, value)
-        if not 0 < len(payload_types) <= 16:
-            raise ValueError(f"1 to 16 payload types, got {len(payload_types)}")
-        jb.n_pts = len(payload_types)
-        for i, p in enumerate(payload_types):
-            if p.codec not in _CODECS:
-                raise ValueError(f"unknown codec {p.codec!r} (known: {', '.join(_CODECS)})")
-            jb.pts[i] = {
-                "pt": p.pt,
-                "codec": _CODECS[p.codec],
-                "channels": p.channels,
-                "clock_rate": p.clock_rate,
-            }
-        lock = ffi.new("cs_srclock_config *")
-        lib.cs_srclock_default_config(lock)
-        lock.probation = probation
-        lock.ssrc_quiet_ns = int(ssrc_quiet_ms * 1e6)
+        """Add a leg on its own socket; returns its stream id. ``sock``: a bound UDP
+        socket or a port to bind. ``leg``: the fields of :class:`LegConfig`."""
+        cfg = LegConfig(**leg)
+        jb, lock = cfg.jb_config(), cfg.lock_config()
         own = isinstance(sock, int)
         s = _bind_udp(host, sock) if isinstance(sock, int) else sock
         try:
@@ -236,15 +198,66 @@ class Ingest:
         finally:
             if own:
                 s.close()  # the C side holds its own duplicate
-        spf = out_rate // 50
-        if spf > self._max_frame_samples:
-            lib.cs_ingest_remove_stream(self._live(), sid)
-            raise ValueError(f"out_rate {out_rate} exceeds max_frame_samples")
-        self._frame_samples[sid] = spf
+        self._register(sid, cfg)
         if expected_source is not None:
             self.expect_source(sid, *expected_source)
-        self._rebuild_ids()
         return int(sid)
+
+    def add_socket(self, sock: socket.socket | int, *, host: str = "127.0.0.1") -> int:
+        """Add a shared socket that many legs receive on; returns its socket id (not a
+        stream id). ``sock``: a bound UDP socket or a port to bind."""
+        own = isinstance(sock, int)
+        s = _bind_udp(host, sock) if isinstance(sock, int) else sock
+        try:
+            kid = _check(lib.cs_ingest_add_socket(self._live(), s.fileno()), "add_socket")
+            self._socket_local[kid] = s.getsockname()[:2]
+        finally:
+            if own:
+                s.close()
+        return int(kid)
+
+    def remove_socket(self, socket_id: int) -> None:
+        """Close a shared socket; its legs must have been removed first (EBUSY)."""
+        _check(lib.cs_ingest_remove_socket(self._live(), socket_id), "remove_socket")
+        self._socket_local.pop(socket_id, None)
+
+    def add_stream_shared(
+        self,
+        socket_id: int,
+        *,
+        expected_source: tuple[str, int] | None = None,
+        ssrc: int | None = None,
+        **leg: Unpack[LegOptions],
+    ) -> int:
+        """Add a leg on a shared socket; returns its stream id.
+
+        Datagrams reach it by source (see native/src/ingest.h): from ``expected_source``
+        (host, port) when given with a port, told apart by ``ssrc`` from other legs with
+        the same source; otherwise it learns its source from the first packets carrying
+        ``ssrc``. One of the two is required. ``leg``: the fields of :class:`LegConfig`.
+        """
+        cfg = LegConfig(**leg)
+        jb, lock = cfg.jb_config(), cfg.lock_config()
+        addr = ffi.NULL
+        if expected_source is not None:
+            addr = ffi.new("cs_srclock_addr *")
+            fill_addr(addr, *expected_source)
+        sid = _check(
+            lib.cs_ingest_add_stream_shared(self._live(), socket_id, addr, ssrc or 0, jb, lock),
+            "add_stream_shared",
+        )
+        self._local[sid] = self._socket_local[socket_id]
+        self._register(sid, cfg)
+        return int(sid)
+
+    def _register(self, sid: int, cfg: LegConfig) -> None:
+        spf = cfg.out_rate // 50
+        if spf > self._max_frame_samples:
+            lib.cs_ingest_remove_stream(self._live(), sid)
+            self._local.pop(sid, None)
+            raise ValueError(f"out_rate {cfg.out_rate} exceeds max_frame_samples")
+        self._frame_samples[sid] = spf
+        self._rebuild_ids()
 
     def remove_stream(self, stream_id: int) -> None:
         """Remove a leg; afterwards the receiver never touches its socket again."""
@@ -269,6 +282,10 @@ class Ingest:
     def local_address(self, stream_id: int) -> tuple[str, int]:
         """(host, port) the stream's socket is bound to (where to send its RTP)."""
         return self._local[stream_id]
+
+    def socket_address(self, socket_id: int) -> tuple[str, int]:
+        """(host, port) a shared socket is bound to."""
+        return self._socket_local[socket_id]
 
     def take_dtmf(self, stream_id: int) -> list[dict[str, int]]:
         """Finished or updated RFC 4733 events (keyed tokens, never digits)."""
@@ -322,6 +339,14 @@ class Ingest:
         out: dict[str, Any] = to_python(c[0])
         out["parse_errors"] = by_error_name(out["parse_errors"])
         out["locked_addr"] = addr_text(c.locked_addr)
+        return out
+
+    def socket_counters(self, socket_id: int) -> dict[str, Any]:
+        """Counters of one shared socket (datagrams, unmatched, parse errors by reason)."""
+        c = self._socket_counters
+        _check(lib.cs_ingest_socket_counters(self._live(), socket_id, c), "socket_counters")
+        out: dict[str, Any] = to_python(c[0])
+        out["parse_errors"] = by_error_name(out["parse_errors"])
         return out
 
     def counters(self) -> dict[str, Any]:

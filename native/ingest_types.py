@@ -1,13 +1,14 @@
 """numpy and plain-Python views of the C structs the RTP ingest exposes (native/src/
 ingest.h, jb.h, srclock.h): structured dtypes laid out from cffi's offsets, the latency
-histogram, struct-to-dict conversion and address helpers. Used by native.ingest."""
+histogram, struct-to-dict conversion, address helpers, and the per-leg configuration
+(payload types, jitter-buffer and source-lock settings). Used by native.ingest."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -15,8 +16,12 @@ import numpy.typing as npt
 from native import ffi, lib
 
 __all__ = [
+    "DEFAULT_PAYLOAD_TYPES",
     "FRAME_INFO_DTYPE",
     "LatencyHistogram",
+    "LegConfig",
+    "LegOptions",
+    "PayloadType",
     "addr_text",
     "by_error_name",
     "fill_addr",
@@ -57,6 +62,13 @@ def _struct_dtype(ctype: str) -> np.dtype[np.void]:
 
 
 FRAME_INFO_DTYPE = _struct_dtype("cs_frame_info")
+_CODECS: dict[str, int] = {
+    "PCMU": lib.CS_CODEC_PCMU,
+    "PCMA": lib.CS_CODEC_PCMA,
+    "L16": lib.CS_CODEC_L16,
+    "CN": lib.CS_CODEC_CN,
+    "telephone-event": lib.CS_CODEC_TELEPHONE_EVENT,
+}
 _RTP_ERRORS = [ffi.string(lib.cs_rtp_error_name(i)).decode() for i in range(lib.CS_RTP_ERR_COUNT)]
 
 
@@ -131,3 +143,79 @@ def addr_text(addr: Any) -> tuple[str, int] | None:
     if addr.family == 6:
         return socket.inet_ntop(socket.AF_INET6, bytes(addr.addr)), int(addr.port)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadType:
+    """One entry of a stream's payload-type table (from the SDP rtpmap)."""
+
+    pt: int
+    codec: str  # PCMU, PCMA, L16, CN, telephone-event
+    clock_rate: int = 8000
+    channels: int = 1
+
+
+DEFAULT_PAYLOAD_TYPES = (
+    PayloadType(0, "PCMU"),
+    PayloadType(8, "PCMA"),
+    PayloadType(13, "CN"),
+    PayloadType(101, "telephone-event"),
+)
+
+
+class LegOptions(TypedDict, total=False):
+    """Keyword arguments of Ingest.add_stream / add_stream_shared: LegConfig's fields."""
+
+    payload_types: Sequence[PayloadType]
+    out_rate: int
+    min_delay_ms: int | None
+    max_delay_ms: int | None
+    start_delay_ms: int | None
+    capacity_ms: int | None
+    probation: int
+    ssrc_quiet_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class LegConfig:
+    """A leg's jitter-buffer and source-lock settings (None: the C default)."""
+
+    payload_types: Sequence[PayloadType] = DEFAULT_PAYLOAD_TYPES
+    out_rate: int = 8000
+    min_delay_ms: int | None = None
+    max_delay_ms: int | None = None
+    start_delay_ms: int | None = None
+    capacity_ms: int | None = None
+    probation: int = 2
+    ssrc_quiet_ms: float = 80.0
+
+    def jb_config(self) -> Any:
+        """A filled cs_jb_config * (cffi-owned)."""
+        jb = ffi.new("cs_jb_config *")
+        lib.cs_jb_default_config(jb)
+        jb.out_rate = self.out_rate
+        for name in ("min_delay_ms", "max_delay_ms", "start_delay_ms", "capacity_ms"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(jb, name, value)
+        if not 0 < len(self.payload_types) <= 16:
+            raise ValueError(f"1 to 16 payload types, got {len(self.payload_types)}")
+        jb.n_pts = len(self.payload_types)
+        for i, p in enumerate(self.payload_types):
+            if p.codec not in _CODECS:
+                raise ValueError(f"unknown codec {p.codec!r} (known: {', '.join(_CODECS)})")
+            jb.pts[i] = {
+                "pt": p.pt,
+                "codec": _CODECS[p.codec],
+                "channels": p.channels,
+                "clock_rate": p.clock_rate,
+            }
+        return jb
+
+    def lock_config(self) -> Any:
+        """A filled cs_srclock_config * (cffi-owned)."""
+        lock = ffi.new("cs_srclock_config *")
+        lib.cs_srclock_default_config(lock)
+        lock.probation = self.probation
+        lock.ssrc_quiet_ns = int(self.ssrc_quiet_ms * 1e6)
+        return lock

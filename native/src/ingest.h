@@ -1,36 +1,73 @@
-/* RTP receive path: one dedicated thread, epoll over many UDP sockets, recvmmsg batches,
+/* RTP receive path: one dedicated thread, epoll over UDP sockets, recvmmsg batches,
  * kernel receive timestamps, RTP parse, source lock, jitter-buffer insert.
  *
- * Threads. cs_ingest_start() spawns one receiver thread (pthread, signals blocked). It
- * waits in epoll_wait (level-triggered) on every stream socket plus an eventfd used to
- * stop it, and drains each ready socket with recvmmsg (at most `max_batches` batches per
- * socket per wakeup, so a flooded socket cannot starve the others). Every other function
- * is called from the control side (Python); they may run while the receiver runs.
+ * Two kinds of legs, mixed freely in one cs_ingest:
+ *   - per-leg socket (cs_ingest_add_stream): the leg owns a UDP socket; everything that
+ *     arrives on it is the leg's (the source lock still rejects foreign sources);
+ *   - shared socket (cs_ingest_add_socket + cs_ingest_add_stream_shared): many legs on
+ *     one socket, told apart in C by where each datagram comes from. This is how a SIP
+ *     bridge advertises few ports for many calls, and how recvmmsg gets real batches:
+ *     a per-leg socket at 50 pps rarely holds more than one datagram per wakeup.
  *
- * Locking. Each stream has a mutex guarding its jitter buffer, source lock and counters;
- * the receiver holds it while it reads and inserts that socket's batch, cs_ingest_pull()
- * holds it per stream while pulling. A table mutex serialises add/remove (control side
- * only). Removal is safe against the receiver: remove takes the stream mutex, marks the
- * slot free and deregisters the fd; the receiver re-checks slot state and generation
- * under the stream mutex before touching a socket, so a stale epoll event is counted
- * (unknown_socket) and ignored. Slots live for the whole cs_ingest.
+ * Demultiplexing rule on a shared socket (demux.h; first match wins):
+ *   1. (source address:port, SSRC)  legs that share one source address, told apart by
+ *                                   the SSRC given when they were added;
+ *   2. (source address:port)        a leg whose source address is unique to it;
+ *   3. (SSRC) from any address      a leg still learning its source (no address with a
+ *                                   port was given), matched by its configured SSRC.
+ *   Anything else is counted (`unmatched`, globally and per socket) and dropped.
+ * A leg's keys: its expected address if it has a port (kind 1 if an SSRC was given, else
+ * kind 2); the address its source lock locked onto, once that differs from the expected
+ * one (same kind); and kind 3 while it has an SSRC, no expected address with a port, and
+ * its lock is learning or re-armed. So a leg learning by SSRC stops matching by SSRC once
+ * its lock has locked: a foreign address sending its SSRC is then unmatched, and inside
+ * the leg the source lock still rejects every source but the locked one (RTP Bleed). A
+ * leg needs an expected address with a port, or an SSRC (else -EINVAL); adding a key
+ * another leg holds fails with -EEXIST. SSRC 0 means "no SSRC". An SSRC change from a
+ * leg's source is only followed by legs keyed by address alone (kind 2). Datagrams that
+ * do not parse as RTP are counted on the socket, not on a leg.
  *
- * fd ownership. cs_ingest_add_stream() dup()s the caller's bound non-blocking UDP socket
- * and owns the duplicate (closed by remove or free); the caller keeps its own fd and may
- * close it at any time. The port stays bound until the stream is removed.
+ * Threads. cs_ingest_start() spawns one receiver thread (pthread, signals blocked,
+ * optionally pinned to one CPU). It waits in epoll_wait (level-triggered) on every
+ * per-leg socket, every shared socket and an eventfd used to stop it, and drains each
+ * ready socket with recvmmsg (at most `max_batches` batches per socket per wakeup, so a
+ * flooded socket cannot starve the others). Every other function is called from the
+ * control side (Python); they may run while the receiver runs.
+ *
+ * Locking, in this order: table mutex (add/remove, control side only) -> shared-socket
+ * mutex (held by the receiver while it drains that socket) -> stream mutex (jitter
+ * buffer, source lock, counters) -> demux mutex (the table of keys). Per batch of a
+ * shared socket the receiver takes the demux mutex once to look up every datagram, then
+ * each stream mutex once per run of consecutive datagrams of that stream; the source
+ * lock's learning re-keys the leg under stream + demux mutex. cs_ingest_pull() holds one
+ * stream mutex at a time. Removal is safe against the receiver: the receiver re-checks
+ * slot state and generation under the slot's mutex before touching a socket or a
+ * stream, so a stale epoll event or lookup is counted and ignored. Slots live for the
+ * whole cs_ingest.
+ *
+ * fd ownership. cs_ingest_add_stream() and cs_ingest_add_socket() dup() the caller's
+ * bound non-blocking UDP socket and own the duplicate (closed by remove or free); the
+ * caller keeps its own fd and may close it at any time. The port stays bound until the
+ * stream or socket is removed.
  *
  * Clocks. SO_TIMESTAMPNS gives each datagram a CLOCK_REALTIME kernel receive time. Per
  * wakeup the receiver samples (MONOTONIC, REALTIME, MONOTONIC) and converts the kernel
  * stamps into CLOCK_MONOTONIC (Python's time.monotonic_ns()), which is the now_ns handed
- * to cs_jb_insert: arrival time includes socket-queue wait. Latency histograms: kernel
- * timestamp -> just after the jitter-buffer insert, and recvmmsg return -> the same.
+ * to cs_jb_insert: arrival time includes socket-queue wait. The clock is read once when
+ * recvmmsg returns and once after the batch's last insert, not per datagram. Latency
+ * histograms: kernel timestamp -> end of the inserting batch, and recvmmsg return -> the
+ * same (an upper bound for each datagram by at most the rest of its batch).
  *
- * Wakeups. With coalesce_us = 0 the thread wakes for nearly every datagram when
- * streams are many and sparse (one socket per 50 pps leg): lowest latency, but the
- * context switch dominates the CPU cost. coalesce_us > 0 caps the wakeup rate at about
- * 1e6 / coalesce_us per second, trading that much arrival latency for CPU.
+ * Wakeups and pacing. With coalesce_us = 0 the thread wakes whenever a socket is ready:
+ * lowest latency, but when datagrams are sparse it wakes per datagram and the wakeup
+ * dominates the CPU cost. coalesce_us > 0 paces it: after a wakeup it sleeps until
+ * wakeup + coalesce_us before waiting again, so datagrams queue up and are read in
+ * batches, for up to that much more arrival latency. A timed sleep is not free (here,
+ * ~30 us of thread CPU per sleep on a 2-vCPU VM against ~5-15 us per socket wakeup), so
+ * it is only taken while the recent rate predicts at least coalesce_min datagrams per
+ * coalesce_us: at low rates the thread simply waits for the next datagram.
  *
- * Allocation: cs_ingest_new() allocates the table and receive buffers, add_stream the
+ * Allocation: cs_ingest_new() allocates the tables and receive buffers, add_stream the
  * jitter buffer; the receive path allocates nothing.
  */
 #ifndef CS_INGEST_H
@@ -52,6 +89,10 @@ typedef struct {
     uint32_t max_datagram;   /* receive buffer per datagram (bytes); longer = truncated */
     uint32_t coalesce_us;    /* after a wakeup, sleep until wakeup + this before waiting
                               * again: fewer wakeups (CPU) for up to this much latency */
+    uint32_t coalesce_min;   /* ... only while >= this many datagrams are expected in
+                              * coalesce_us at the recent rate (0: always sleep) */
+    uint32_t max_sockets;    /* shared sockets, 0..256 */
+    int32_t cpu;             /* pin the receiver thread to this CPU; -1: no pinning */
 } cs_ingest_config;
 
 /* Latency histogram: fine[i] counts [i, i+1) µs for i < 1000; tail[k] counts
@@ -80,7 +121,23 @@ typedef struct {
     uint64_t unknown_socket;   /* events for removed or replaced streams */
     uint64_t no_timestamp;     /* no SO_TIMESTAMPNS cmsg: clock read after recvmmsg */
     uint64_t recv_errors;      /* recvmmsg failures other than EAGAIN */
+    uint64_t unmatched;        /* shared sockets: no leg matched the datagram's source */
+    uint64_t demux_conflicts;  /* a learned source's key was held by another leg */
+    uint64_t paced_sleeps;     /* coalescing sleeps taken */
 } cs_ingest_counters;
+
+/* Per shared socket (monotonic). Datagrams that reach a leg are also counted there. */
+typedef struct {
+    uint64_t datagrams;
+    uint64_t bytes;
+    uint64_t recvmmsg_calls;
+    uint64_t truncated;
+    uint64_t parse_errors[7];
+    uint64_t unmatched;
+    uint64_t legs;             /* legs on the socket now */
+    uint64_t rcvbuf_bytes;
+    uint64_t rcvbuf_forced;
+} cs_socket_counters;
 
 /* Per-stream counters (monotonic, under the stream mutex). */
 typedef struct {
@@ -113,7 +170,23 @@ int32_t cs_ingest_add_stream(cs_ingest *ing, int fd, const cs_jb_config *jb_cfg,
                              const cs_srclock_config *lock_cfg);
 /* 0, or -ENOENT for an unknown id. After it returns the receiver never touches the fd. */
 int cs_ingest_remove_stream(cs_ingest *ing, int32_t id);
+
+/* Shared sockets. add: a socket id (>= 0) or -errno (-ENOSPC: max_sockets in use).
+ * remove: 0, -ENOENT, or -EBUSY while legs are on it. */
+int32_t cs_ingest_add_socket(cs_ingest *ing, int fd);
+int cs_ingest_remove_socket(cs_ingest *ing, int32_t socket_id);
+/* A leg on a shared socket: expected = where its media comes from (NULL: learn it by
+ * SSRC; port 0: host only, learned by SSRC), ssrc = tie-breaker / learning key (0: none).
+ * Returns a stream id (same id space and calls as cs_ingest_add_stream) or -errno:
+ * -ENOENT unknown socket, -EINVAL neither address with port nor SSRC, -EEXIST a key is
+ * taken by another leg, -ENOSPC, -ENOMEM. */
+int32_t cs_ingest_add_stream_shared(cs_ingest *ing, int32_t socket_id,
+                                    const cs_srclock_addr *expected, uint32_t ssrc,
+                                    const cs_jb_config *jb_cfg,
+                                    const cs_srclock_config *lock_cfg);
+int cs_ingest_socket_counters(cs_ingest *ing, int32_t socket_id, cs_socket_counters *out);
 int cs_ingest_rearm(cs_ingest *ing, int32_t id, int64_t now_ns);
+/* On a shared leg this also re-keys its demux entry (-EEXIST: held by another leg). */
 int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *addr);
 int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused);
 /* Copies up to max DTMF events (cs_jb_take_dtmf); returns the count or -ENOENT. */

@@ -1,18 +1,28 @@
-/* Private to ingest.c / ingest_streams.c: the cs_ingest layout. Not read by cffi. */
+/* Private to the ingest_*.c files: the cs_ingest layout and the functions they share.
+ * Not read by cffi. */
 #ifndef CS_INGEST_PRIV_H
 #define CS_INGEST_PRIV_H
 
 #ifndef _GNU_SOURCE
 #error "define _GNU_SOURCE before including ingest_priv.h (recvmmsg)"
 #endif
+#include "demux.h"
 #include "ingest.h"
 
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
-enum { MAX_BATCH = 64, MAX_EVENTS = 256, CMSG_BYTES = 128, MAX_SLOTS = 65535 };
+enum {
+    MAX_BATCH = 64,
+    MAX_EVENTS = 256,
+    CMSG_BYTES = 128,
+    MAX_SLOTS = 65535,
+    MAX_SOCKETS = 256,
+    LEG_KEYS = 2
+};
 #define STOP_TOKEN UINT64_MAX
+#define SOCKET_TOKEN (1ULL << 32) /* epoll token of a shared socket: SOCKET_TOKEN | id */
 
 /* Single-writer counters read concurrently: relaxed atomic load/store, no lock prefix. */
 #define BUMP(field, k) \
@@ -23,11 +33,33 @@ typedef struct {
     pthread_mutex_t mu;      /* guards everything below */
     int active;
     uint16_t gen;            /* bumped on every add; part of the id and the epoll token */
-    int fd;                  /* our dup of the caller's socket */
+    int fd;                  /* our dup of the caller's socket; -1 on a shared socket */
+    int32_t shared;          /* shared-socket slot, or -1 for a per-leg socket */
+    uint32_t ssrc;           /* shared: configured SSRC (0: none) */
+    cs_srclock_addr preset;  /* shared: expected source (family 0: none) */
+    cs_demux_key keys[LEG_KEYS]; /* shared: keys it holds in the demux table */
+    uint32_t nkeys;
     cs_jb *jb;
     cs_srclock lock;
     cs_stream_counters c; /* srclock fields are filled at copy-out */
 } ingest_slot;
+
+typedef struct {
+    pthread_mutex_t mu;      /* held by the receiver while it drains the socket */
+    int active;
+    uint16_t gen;
+    int fd;
+    cs_socket_counters c;    /* receiver-written fields under mu; legs under table_mu */
+} shared_socket;
+
+/* The receiver's view of one batch (reused; MAX_BATCH entries). */
+typedef struct {
+    cs_rtp_header hdr[MAX_BATCH];
+    cs_srclock_addr from[MAX_BATCH];
+    int64_t arrival[MAX_BATCH];
+    int32_t target[MAX_BATCH];   /* stream id, or -1 */
+    uint8_t inserted[MAX_BATCH];
+} rx_batch;
 
 struct cs_ingest {
     cs_ingest_config cfg;
@@ -36,13 +68,17 @@ struct cs_ingest {
     int running;
     pthread_t thread;
     pthread_mutex_t table_mu; /* add/remove/start/stop */
+    pthread_mutex_t demux_mu; /* the demux table */
     ingest_slot *streams;
+    shared_socket *sockets;
+    cs_demux demux;
     /* receiver-thread buffers */
     struct mmsghdr *msgs;
     struct iovec *iovs;
     struct sockaddr_storage *addrs;
     uint8_t *bufs;
     uint8_t *cmsgs;
+    rx_batch batch;
     struct epoll_event events[MAX_EVENTS];
     int64_t cpu_done_ns;      /* CPU of receiver threads that have exited */
     cs_ingest_counters counters;
@@ -50,8 +86,25 @@ struct cs_ingest {
     cs_ingest_latency processing; /* recvmmsg returned -> after insert */
 };
 
-/* Epoll token and stream id: generation (15 bits) << 16 | slot. */
+/* Stream and socket ids: generation (15 bits) << 16 | slot. */
 #define STREAM_SLOT(id) ((uint32_t)(id) & 0xFFFFu)
 #define STREAM_GEN(id) ((uint16_t)((uint32_t)(id) >> 16))
+#define MAKE_ID(gen, slot) ((int32_t)(((uint32_t)(gen) << 16) | (uint32_t)(slot)))
+
+/* ingest_rx.c: drain one ready socket (its slot mutex held); offset = REALTIME - MONO. */
+void rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset);
+void rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset);
+int64_t rx_clock_ns(int clock_id);
+
+/* ingest_shared.c: make a shared leg's demux keys follow its expected address, SSRC and
+ * source-lock state (stream mutex held; takes the demux mutex). All or nothing: 0, or
+ * -EEXIST/-ENOSPC with the old keys kept. Drop every key of the leg (remove/free). */
+int shared_sync_keys(cs_ingest *ing, ingest_slot *s, int32_t id);
+/* cs_ingest_expect_source's part for a shared leg: new expected address, re-keyed; 0 or
+ * -EINVAL (neither an address with a port nor an SSRC left) / -EEXIST, nothing changed. */
+int shared_expect(cs_ingest *ing, ingest_slot *s, int32_t id, const cs_srclock_addr *addr);
+void shared_drop_keys(cs_ingest *ing, ingest_slot *s);
+/* ingest_streams.c: SO_TIMESTAMPNS and the receive buffer; reports what the kernel set. */
+void tune_socket(int fd, uint32_t rcvbuf, uint64_t *rcvbuf_bytes, uint64_t *forced);
 
 #endif

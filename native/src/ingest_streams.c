@@ -11,20 +11,21 @@
 #include <time.h>
 #include <unistd.h>
 
-static void tune_socket(int fd, uint32_t rcvbuf, cs_stream_counters *c) {
+void tune_socket(int fd, uint32_t rcvbuf, uint64_t *rcvbuf_bytes, uint64_t *forced) {
     int one = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    *forced = 0;
     if (rcvbuf) {
         int want = (int)rcvbuf;
         if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof want) == 0)
-            c->rcvbuf_forced = 1;
+            *forced = 1;
         else
             (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof want);
     }
     int got = 0;
     socklen_t len = sizeof got;
     if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &got, &len) == 0)
-        c->rcvbuf_bytes = (uint64_t)got;
+        *rcvbuf_bytes = (uint64_t)got;
 }
 
 int32_t cs_ingest_add_stream(cs_ingest *ing, int fd, const cs_jb_config *jb_cfg,
@@ -59,12 +60,14 @@ int32_t cs_ingest_add_stream(cs_ingest *ing, int fd, const cs_jb_config *jb_cfg,
     pthread_mutex_lock(&s->mu);
     s->gen = (uint16_t)(s->gen % 0x7FFF + 1);
     s->fd = dfd;
+    s->shared = -1;
+    s->nkeys = 0;
     s->jb = jb;
     cs_srclock_init(&s->lock, lock_cfg);
     memset(&s->c, 0, sizeof s->c);
-    tune_socket(dfd, ing->cfg.rcvbuf_bytes, &s->c);
+    tune_socket(dfd, ing->cfg.rcvbuf_bytes, &s->c.rcvbuf_bytes, &s->c.rcvbuf_forced);
     s->active = 1;
-    int32_t id = (int32_t)(((uint32_t)s->gen << 16) | slot);
+    int32_t id = MAKE_ID(s->gen, slot);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uint32_t)id};
     int rc = 0;
     if (epoll_ctl(ing->epfd, EPOLL_CTL_ADD, dfd, &ev) != 0) {
@@ -102,8 +105,14 @@ int cs_ingest_remove_stream(cs_ingest *ing, int32_t id) {
         pthread_mutex_unlock(&ing->table_mu);
         return -ENOENT;
     }
-    (void)epoll_ctl(ing->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-    close(s->fd);
+    if (s->shared >= 0) {
+        shared_drop_keys(ing, s);
+        ing->sockets[s->shared].c.legs--;
+        s->shared = -1;
+    } else {
+        (void)epoll_ctl(ing->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+        close(s->fd);
+    }
     cs_jb_free(s->jb);
     s->fd = -1;
     s->jb = NULL;
@@ -118,17 +127,20 @@ int cs_ingest_rearm(cs_ingest *ing, int32_t id, int64_t now_ns) {
     if (!s)
         return -ENOENT;
     cs_srclock_rearm(&s->lock, now_ns);
+    int rc = s->shared >= 0 ? shared_sync_keys(ing, s, id) : 0;
     pthread_mutex_unlock(&s->mu);
-    return 0;
+    return rc;
 }
 
 int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *addr) {
     ingest_slot *s = lock_stream(ing, id);
     if (!s)
         return -ENOENT;
-    cs_srclock_expect(&s->lock, addr);
+    int rc = s->shared >= 0 ? shared_expect(ing, s, id, addr) : 0;
+    if (!rc)
+        cs_srclock_expect(&s->lock, addr);
     pthread_mutex_unlock(&s->mu);
-    return 0;
+    return rc;
 }
 
 int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused) {

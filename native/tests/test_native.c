@@ -20,6 +20,7 @@ extern const cs_test_suite cs_suite_g711;
 extern const cs_test_suite cs_suite_jb __attribute__((weak));
 extern const cs_test_suite cs_suite_srclock __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest __attribute__((weak));
+extern const cs_test_suite cs_suite_ingest_shared __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -31,6 +32,7 @@ static const struct {
     {"jb", &cs_suite_jb},
     {"srclock", &cs_suite_srclock},
     {"ingest", &cs_suite_ingest},
+    {"ingest_shared", &cs_suite_ingest_shared},
 };
 
 /* ---- runner ------------------------------------------------------------------------ */

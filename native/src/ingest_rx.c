@@ -1,0 +1,246 @@
+/* The receiver thread's per-batch work: recvmmsg -> kernel stamps -> RTP parse -> (shared
+ * sockets: demux) -> source lock -> jitter-buffer insert -> latency histograms. Called by
+ * receiver_main (ingest.c) with the ready socket's slot mutex held; see ingest.h for the
+ * demultiplexing rule, the locking order and the clocks. */
+#define _GNU_SOURCE
+#include "ingest_priv.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <time.h>
+
+int64_t rx_clock_ns(int clock_id) {
+    struct timespec t;
+    clock_gettime((clockid_t)clock_id, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void to_addr(const struct sockaddr_storage *ss, cs_srclock_addr *a) {
+    memset(a, 0, sizeof *a);
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+        a->family = 4;
+        a->port = ntohs(s4->sin_port);
+        memcpy(a->addr, &s4->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+        a->port = ntohs(s6->sin6_port);
+        if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+            a->family = 4;
+            memcpy(a->addr, s6->sin6_addr.s6_addr + 12, 4);
+        } else {
+            a->family = 6;
+            memcpy(a->addr, s6->sin6_addr.s6_addr, 16);
+        }
+    }
+}
+
+/* Kernel receive time (CLOCK_REALTIME) of message m, or 0 if it carried none. */
+static int64_t kernel_stamp(struct msghdr *m) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec t;
+            memcpy(&t, CMSG_DATA(c), sizeof t);
+            return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+        }
+    }
+    return 0;
+}
+
+static void record_latency(cs_ingest_latency *h, int64_t ns) {
+    if (ns < 0) {
+        BUMP(h->negative, 1);
+        ns = 0;
+    }
+    uint64_t v = (uint64_t)ns;
+    if (v < 1000000) {
+        BUMP(h->fine[v / 1000], 1);
+    } else {
+        uint64_t ms = v / 1000000;
+        int k = 63 - __builtin_clzll(ms);
+        BUMP(h->tail[k < 11 ? k : 11], 1);
+    }
+    BUMP(h->count, 1);
+    BUMP(h->sum_ns, v);
+    if (v > __atomic_load_n(&h->max_ns, __ATOMIC_RELAXED))
+        __atomic_store_n(&h->max_ns, v, __ATOMIC_RELAXED);
+}
+
+/* One recvmmsg into the batch buffers. Returns the datagram count (0: none or error). */
+static int receive(cs_ingest *ing, int fd) {
+    const uint32_t batch = ing->cfg.batch;
+    for (uint32_t i = 0; i < batch; i++) {
+        struct msghdr *m = &ing->msgs[i].msg_hdr;
+        m->msg_name = &ing->addrs[i];
+        m->msg_namelen = sizeof ing->addrs[i];
+        m->msg_iov = &ing->iovs[i];
+        m->msg_iovlen = 1;
+        m->msg_control = ing->cmsgs + (size_t)i * CMSG_BYTES;
+        m->msg_controllen = CMSG_BYTES;
+        m->msg_flags = 0;
+    }
+    int r = recvmmsg(fd, ing->msgs, batch, MSG_DONTWAIT, NULL);
+    BUMP(ing->counters.recvmmsg_calls, 1);
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        BUMP(ing->counters.recv_errors, 1);
+    return r > 0 ? r : 0;
+}
+
+/* Arrival time, truncation and RTP parse of datagram i. Returns CS_RTP_OK, a
+ * CS_RTP_ERR_* code, or -1 for a truncated datagram. */
+static int classify(cs_ingest *ing, int i, int64_t offset, int64_t received) {
+    rx_batch *b = &ing->batch;
+    int64_t stamp = kernel_stamp(&ing->msgs[i].msg_hdr);
+    b->arrival[i] = stamp ? stamp - offset : received;
+    b->inserted[i] = 0;
+    if (!stamp)
+        BUMP(ing->counters.no_timestamp, 1);
+    if (ing->msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
+        BUMP(ing->counters.truncated, 1);
+        return -1;
+    }
+    int rc = cs_rtp_parse(ing->iovs[i].iov_base, ing->msgs[i].msg_len, &b->hdr[i]);
+    if (rc != CS_RTP_OK) {
+        if (rc < 0 || rc >= CS_RTP_ERR_COUNT)
+            rc = 0;
+        BUMP(ing->counters.parse_errors[rc], 1);
+    }
+    return rc;
+}
+
+/* Source lock and insert of parsed datagram i into stream s (its mutex held). */
+static void deliver(cs_ingest *ing, ingest_slot *s, int32_t id, int i) {
+    rx_batch *b = &ing->batch;
+    int64_t arrival = b->arrival[i];
+    int src = cs_srclock_check(&s->lock, &b->from[i], b->hdr[i].ssrc, b->hdr[i].seq, arrival);
+    if (src == CS_SRC_ACCEPT_LEARNED && s->shared >= 0 &&
+        shared_sync_keys(ing, s, id) != 0)
+        BUMP(ing->counters.demux_conflicts, 1);
+    if (src >= CS_SRC_DROP_PROBATION) {
+        BUMP(ing->counters.srclock_dropped, 1);
+        return;
+    }
+    int out = cs_jb_insert(s->jb, &b->hdr[i], arrival);
+    s->c.outcomes[out > 0 && out < CS_PKT_OUTCOMES ? out : 0]++;
+    s->c.inserted++;
+    b->inserted[i] = 1;
+}
+
+static void count_to_stream(ingest_slot *s, const cs_ingest *ing, int i) {
+    s->c.datagrams++;
+    s->c.bytes += ing->msgs[i].msg_len;
+    s->c.last_arrival_ns = ing->batch.arrival[i];
+}
+
+/* One clock read after the batch: every inserted datagram's latency ends there. */
+static void finish_batch(cs_ingest *ing, int r, int64_t received) {
+    cs_ingest_counters *g = &ing->counters;
+    uint64_t bytes = 0, inserted = 0;
+    int64_t done = rx_clock_ns(CLOCK_MONOTONIC);
+    for (int i = 0; i < r; i++) {
+        bytes += ing->msgs[i].msg_len;
+        if (!ing->batch.inserted[i])
+            continue;
+        inserted++;
+        record_latency(&ing->latency, done - ing->batch.arrival[i]);
+        record_latency(&ing->processing, done - received);
+    }
+    BUMP(g->datagrams, (uint64_t)r);
+    BUMP(g->bytes, bytes);
+    BUMP(g->inserted, inserted);
+}
+
+void rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
+    int32_t id = MAKE_ID(s->gen, s - ing->streams);
+    for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
+        int r = receive(ing, s->fd);
+        if (!r)
+            return;
+        int64_t received = rx_clock_ns(CLOCK_MONOTONIC);
+        for (int i = 0; i < r; i++) {
+            int rc = classify(ing, i, offset, received);
+            count_to_stream(s, ing, i);
+            if (rc < 0) {
+                s->c.truncated++;
+            } else if (rc != CS_RTP_OK) {
+                s->c.parse_errors[rc]++;
+            } else {
+                to_addr(&ing->addrs[i], &ing->batch.from[i]);
+                deliver(ing, s, id, i);
+            }
+        }
+        finish_batch(ing, r, received);
+        if ((uint32_t)r < ing->cfg.batch)
+            return;
+    }
+}
+
+/* Look up every parsed datagram of the batch under one demux lock. */
+static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int r,
+                        int64_t offset, int64_t received) {
+    rx_batch *b = &ing->batch;
+    uint64_t unmatched = 0;
+    pthread_mutex_lock(&ing->demux_mu);
+    for (int i = 0; i < r; i++) {
+        b->target[i] = -1;
+        int rc = classify(ing, i, offset, received);
+        if (rc < 0) {
+            BUMP(k->c.truncated, 1);
+            continue;
+        }
+        if (rc != CS_RTP_OK) {
+            BUMP(k->c.parse_errors[rc], 1);
+            continue;
+        }
+        to_addr(&ing->addrs[i], &b->from[i]);
+        b->target[i] = cs_demux_lookup(&ing->demux, sock_slot, &b->from[i], b->hdr[i].ssrc);
+        if (b->target[i] < 0)
+            unmatched++;
+    }
+    pthread_mutex_unlock(&ing->demux_mu);
+    BUMP(k->c.unmatched, unmatched);
+    BUMP(ing->counters.unmatched, unmatched);
+}
+
+void rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset) {
+    rx_batch *b = &ing->batch;
+    for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
+        int r = receive(ing, k->fd);
+        BUMP(k->c.recvmmsg_calls, 1);
+        if (!r)
+            return;
+        int64_t received = rx_clock_ns(CLOCK_MONOTONIC);
+        uint64_t bytes = 0;
+        for (int i = 0; i < r; i++)
+            bytes += ing->msgs[i].msg_len;
+        BUMP(k->c.datagrams, (uint64_t)r);
+        BUMP(k->c.bytes, bytes);
+        demux_batch(ing, k, sock_slot, r, offset, received);
+        /* each stream's mutex once per run of its consecutive datagrams */
+        for (int i = 0; i < r;) {
+            int32_t id = b->target[i];
+            int end = i + 1;
+            while (end < r && b->target[end] == id)
+                end++;
+            if (id >= 0) {
+                ingest_slot *s = &ing->streams[STREAM_SLOT(id)];
+                pthread_mutex_lock(&s->mu);
+                int live = s->active && s->gen == STREAM_GEN(id);
+                for (int j = i; j < end && live; j++) {
+                    count_to_stream(s, ing, j);
+                    deliver(ing, s, id, j);
+                }
+                pthread_mutex_unlock(&s->mu);
+                if (!live) { /* removed between lookup and delivery */
+                    BUMP(k->c.unmatched, (uint64_t)(end - i));
+                    BUMP(ing->counters.unmatched, (uint64_t)(end - i));
+                }
+            }
+            i = end;
+        }
+        finish_batch(ing, r, received);
+        if ((uint32_t)r < ing->cfg.batch)
+            return;
+    }
+}
