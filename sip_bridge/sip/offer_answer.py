@@ -1,0 +1,137 @@
+"""SDP offer/answer (RFC 3264) for a receive-only monitor: pure functions.
+
+Each audio m= line of the offer becomes a stream we accept (one leg) when it offers at
+least one audio codec the native core decodes; anything else is rejected with port 0.
+We only ever receive: the answer's direction is ``recvonly`` when the peer sends,
+``inactive`` when it does not (its own ``recvonly``/``inactive``, i.e. hold/pause).
+Codecs are answered in the offer's order, limited to what we decode, plus
+telephone-event and CN when offered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from sip_bridge.sip.sdp import MediaDescription, RtpMap, SessionDescription
+
+# What the native core decodes today (native/ingest.py's codec table). G.722 and Opus
+# are answered once the core can decode them.
+AUDIO_CODECS: Final = frozenset({("PCMU", 8000), ("PCMA", 8000)})
+EVENT_CODECS: Final = frozenset({("TELEPHONE-EVENT", 8000), ("CN", 8000)})
+
+
+class NotAcceptableError(ValueError):
+    """No stream of the offer is acceptable (answer 488)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NegotiatedStream:
+    """One m= line of an offer after negotiation (accepted or rejected)."""
+
+    index: int
+    accepted: bool
+    payload_types: tuple[RtpMap, ...] = ()
+    remote_host: str = ""
+    remote_port: int = 0
+    remote_direction: str = "sendrecv"
+    label: str | None = None
+    ptime: int | None = None
+
+    @property
+    def codec(self) -> str:
+        """The first audio codec we accepted (the one the peer most prefers)."""
+        for p in self.payload_types:
+            if (p.encoding.upper(), p.clock_rate) in AUDIO_CODECS:
+                return p.encoding.upper()
+        return ""
+
+    @property
+    def peer_sends(self) -> bool:
+        return self.accepted and self.remote_direction in ("sendrecv", "sendonly")
+
+    @property
+    def answer_direction(self) -> str:
+        return "recvonly" if self.peer_sends else "inactive"
+
+
+def negotiate(
+    offer: SessionDescription, audio_codecs: frozenset[tuple[str, int]] = AUDIO_CODECS
+) -> list[NegotiatedStream]:
+    """Decide per m= line; raises NotAcceptableError when no line is usable."""
+    out: list[NegotiatedStream] = []
+    for i, m in enumerate(offer.media):
+        out.append(_negotiate_one(offer, i, m, audio_codecs))
+    if not any(s.accepted for s in out):
+        raise NotAcceptableError("no audio stream with a codec we decode")
+    return out
+
+
+def _negotiate_one(
+    offer: SessionDescription,
+    index: int,
+    m: MediaDescription,
+    audio_codecs: frozenset[tuple[str, int]],
+) -> NegotiatedStream:
+    rejected = NegotiatedStream(index, False, label=m.label)
+    if m.media != "audio" or m.port == 0 or "RTP/AVP" not in m.proto.upper():
+        return rejected
+    if "SAVP" in m.proto.upper():
+        return rejected  # SRTP needs keys we do not handle (yet)
+    maps = m.rtpmaps
+    chosen = [p for p in maps.values() if (p.encoding.upper(), p.clock_rate) in audio_codecs]
+    if not chosen:
+        return rejected
+    extras = [p for p in maps.values() if (p.encoding.upper(), p.clock_rate) in EVENT_CODECS]
+    host = offer.media_connection(m) or ""
+    return NegotiatedStream(
+        index,
+        True,
+        tuple(chosen + extras),
+        host,
+        m.port,
+        offer.media_direction(m),
+        m.label,
+        m.ptime,
+    )
+
+
+def build_answer(
+    offer: SessionDescription,
+    streams: list[NegotiatedStream],
+    ports: dict[int, int],
+    *,
+    local_host: str,
+    session_id: int,
+    version: int,
+) -> SessionDescription:
+    """The SDP answer: one m= line per offered line, in order (RFC 3264 §6)."""
+    ip = "IP6" if ":" in local_host else "IP4"
+    answer = SessionDescription(
+        [
+            ("v", "0"),
+            ("o", f"callshield {session_id} {version} IN {ip} {local_host}"),
+            ("s", "callshield"),
+            ("c", f"IN {ip} {local_host}"),
+            ("t", "0 0"),
+        ]
+    )
+    for stream, m in zip(streams, offer.media, strict=True):
+        if not stream.accepted or stream.index not in ports:
+            answer.media.append(MediaDescription(m.media, 0, m.proto, m.formats[:1] or ["0"]))
+            continue
+        media = MediaDescription(
+            "audio", ports[stream.index], m.proto, [str(p.pt) for p in stream.payload_types]
+        )
+        for p in stream.payload_types:
+            media.lines.append(("a", f"rtpmap:{p.pt} {p.encoding}/{p.clock_rate}"))
+            fmtp = m.fmtp(p.pt)
+            if fmtp is not None:
+                media.lines.append(("a", f"fmtp:{p.pt} {fmtp}"))
+        if stream.label is not None:
+            media.lines.append(("a", f"label:{stream.label}"))
+        if stream.ptime is not None:
+            media.lines.append(("a", f"ptime:{stream.ptime}"))
+        media.lines.append(("a", stream.answer_direction))
+        answer.media.append(media)
+    return answer

@@ -1,0 +1,183 @@
+"""SIPREC recording metadata (RFC 7865 ``application/rs-metadata+xml``) as dataclasses
+with ``parse()`` and ``__bytes__()``, and the mapping of its streams to leg roles.
+
+Lenient the way real recording clients need: element names are matched on their local
+name whatever the namespace or prefix (RFC 7865 ``urn:ietf:params:xml:ns:recording:1``,
+the pre-RFC ``urn:ietf:params:xml:ns:siprec`` root ``recording_metadata`` of BroadWorks,
+prefixed ``ns:`` forms); ids come from ``participant_id``/``stream_id`` (RFC) or ``id``
+(Acme/Oracle and older drafts); send/recv stream ids may sit in
+``<participantstreamassoc>`` (RFC) or directly in ``<participant>`` (drafts). DTDs and
+entities are refused (no entity expansion on untrusted input).
+
+Roles (DESIGN §2): the external party is the caller. A participant is the caller when
+a vendor extension says so (``callingParty`` true, Acme/Oracle), else the first
+participant in document order. A stream takes the role of the participant that sends
+it; a stream nobody sends (or a ``mixed`` one) is ``mixed`` or ``unknown``.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Final
+
+MAX_METADATA_BYTES: Final = 65_536
+NAMESPACE: Final = "urn:ietf:params:xml:ns:recording:1"
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1].rsplit(":", 1)[-1].lower()
+
+
+def _children(elem: ET.Element, name: str) -> list[ET.Element]:
+    return [c for c in elem if isinstance(c.tag, str) and _local(c.tag) == name]
+
+
+def _text(elem: ET.Element, name: str) -> str:
+    for c in _children(elem, name):
+        return (c.text or "").strip()
+    return ""
+
+
+def _attr_id(elem: ET.Element, *names: str) -> str:
+    for key, value in elem.attrib.items():
+        if _local(key) in names:
+            return value.strip()
+    return ""
+
+
+@dataclass(slots=True)
+class Participant:
+    participant_id: str
+    aor: str = ""
+    name: str = ""
+    send: list[str] = field(default_factory=list)
+    recv: list[str] = field(default_factory=list)
+    calling: bool | None = None  # vendor hint: True for the calling party
+
+
+@dataclass(slots=True)
+class Stream:
+    stream_id: str
+    label: str = ""
+    session_id: str = ""
+    mode: str = ""  # "separate" / "mixed" where the client says
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRole:
+    label: str
+    role: str  # external, internal, mixed, unknown
+    participant: Participant | None
+
+
+@dataclass(slots=True)
+class RecordingMetadata:
+    datamode: str = "complete"
+    session_ids: list[str] = field(default_factory=list)
+    participants: list[Participant] = field(default_factory=list)
+    streams: list[Stream] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, data: bytes) -> RecordingMetadata:
+        if len(data) > MAX_METADATA_BYTES:
+            raise ValueError(f"recording metadata larger than {MAX_METADATA_BYTES} bytes")
+        lowered = data.lower()
+        if b"<!doctype" in lowered or b"<!entity" in lowered:
+            raise ValueError("recording metadata must not contain a DTD or entities")
+        try:
+            root = ET.fromstring(data)
+        except ET.ParseError as exc:
+            raise ValueError(f"recording metadata is not well-formed XML: {exc}") from None
+        if _local(root.tag) not in ("recording", "recording_metadata"):
+            raise ValueError(f"unexpected metadata root element {_local(root.tag)[:32]!r}")
+        meta = cls(datamode=_text(root, "datamode") or "complete")
+        for s in _children(root, "session"):
+            sid = _attr_id(s, "session_id", "id")
+            if sid:
+                meta.session_ids.append(sid)
+        by_id: dict[str, Participant] = {}
+        for p in _children(root, "participant"):
+            part = _participant(p)
+            meta.participants.append(part)
+            by_id[part.participant_id] = part
+        for s in _children(root, "stream"):
+            meta.streams.append(
+                Stream(
+                    _attr_id(s, "stream_id", "id"),
+                    _text(s, "label"),
+                    _attr_id(s, "session_id", "session"),
+                    _text(s, "mode").lower(),
+                )
+            )
+        for assoc in _children(root, "participantstreamassoc"):
+            target = by_id.get(_attr_id(assoc, "participant_id", "id"))
+            if target is not None:
+                target.send += [(c.text or "").strip() for c in _children(assoc, "send")]
+                target.recv += [(c.text or "").strip() for c in _children(assoc, "recv")]
+        return meta
+
+    def roles(self) -> dict[str, StreamRole]:
+        """SDP label -> the role of the leg that stream carries."""
+        caller = self.caller()
+        out: dict[str, StreamRole] = {}
+        for s in self.streams:
+            if not s.label:
+                continue
+            senders = [p for p in self.participants if s.stream_id and s.stream_id in p.send]
+            if s.mode == "mixed" or len(senders) > 1:
+                out[s.label] = StreamRole(s.label, "mixed", None)
+            elif not senders:
+                out[s.label] = StreamRole(s.label, "unknown", None)
+            else:
+                sender = senders[0]
+                role = "external" if sender is caller else "internal"
+                out[s.label] = StreamRole(s.label, role, sender)
+        return out
+
+    def caller(self) -> Participant | None:
+        for p in self.participants:
+            if p.calling:
+                return p
+        return self.participants[0] if self.participants else None
+
+    def __bytes__(self) -> bytes:
+        """RFC 7865 form (namespace ``urn:ietf:params:xml:ns:recording:1``)."""
+        root = ET.Element("recording", {"xmlns": NAMESPACE})
+        ET.SubElement(root, "datamode").text = self.datamode
+        for sid in self.session_ids:
+            ET.SubElement(root, "session", {"session_id": sid})
+        for p in self.participants:
+            pe = ET.SubElement(root, "participant", {"participant_id": p.participant_id})
+            name_id = ET.SubElement(pe, "nameID", {"aor": p.aor})
+            if p.name:
+                ET.SubElement(name_id, "name").text = p.name
+        for s in self.streams:
+            attrs = {"stream_id": s.stream_id}
+            if s.session_id:
+                attrs["session_id"] = s.session_id
+            ET.SubElement(ET.SubElement(root, "stream", attrs), "label").text = s.label
+        for p in self.participants:
+            assoc = ET.SubElement(
+                root, "participantstreamassoc", {"participant_id": p.participant_id}
+            )
+            for sid in p.send:
+                ET.SubElement(assoc, "send").text = sid
+            for sid in p.recv:
+                ET.SubElement(assoc, "recv").text = sid
+        out: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+        return out
+
+
+def _participant(p: ET.Element) -> Participant:
+    part = Participant(_attr_id(p, "participant_id", "id"))
+    for name_id in _children(p, "nameid"):
+        part.aor = _attr_id(name_id, "aor") or part.aor
+        part.name = _text(name_id, "name") or part.name
+    part.aor = part.aor or _text(p, "aor")
+    part.send = [(c.text or "").strip() for c in _children(p, "send")]
+    part.recv = [(c.text or "").strip() for c in _children(p, "recv")]
+    for elem in p.iter():
+        if isinstance(elem.tag, str) and _local(elem.tag) == "callingparty":
+            part.calling = (elem.text or "").strip().lower() == "true"
+    return part
