@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     kind     TEXT NOT NULL,          -- alert | score | call_event
     alert_id TEXT NOT NULL DEFAULT '',
     revision INTEGER NOT NULL DEFAULT 0,
-    payload  TEXT NOT NULL
+    payload  TEXT NOT NULL,
+    sent_at  REAL NOT NULL DEFAULT 0  -- > 0: acknowledged, kept until confirmed durable
 );
 """
 
@@ -56,10 +57,13 @@ class Outbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        # what a previous run sent but never saw confirmed is sent again (deduplicated)
+        self._db.execute("UPDATE outbox SET sent_at = 0 WHERE sent_at > 0")
         self._count: int = self._db.execute("SELECT count(*) FROM outbox").fetchone()[0]
         self._alerts: int = self._db.execute(
             "SELECT count(*) FROM outbox WHERE kind = 'alert'"
         ).fetchone()[0]
+        self._unsent: int = self._count
 
     def __len__(self) -> int:
         return self._count
@@ -67,6 +71,10 @@ class Outbox:
     @property
     def alerts(self) -> int:
         return self._alerts
+
+    @property
+    def unsent(self) -> int:
+        return self._unsent
 
     @property
     def overflow(self) -> bool:
@@ -89,7 +97,8 @@ class Outbox:
                 if need > 0:
                     # oldest stored score updates / call events go first
                     old = cur.execute(
-                        "SELECT seq FROM outbox WHERE kind != 'alert' ORDER BY seq LIMIT ?",
+                        "SELECT seq FROM outbox WHERE kind != 'alert' AND sent_at = 0"
+                        " ORDER BY seq LIMIT ?",
                         (need,),
                     ).fetchall()
                     cur.executemany("DELETE FROM outbox WHERE seq = ?", old)
@@ -116,6 +125,7 @@ class Outbox:
                 cur.execute("ROLLBACK")
                 raise
             self._count += len(rows) - deleted_old
+            self._unsent += len(rows) - deleted_old
             self._alerts += len(alerts)
             return AppendResult(len(rows), dropped, self.overflow)
 
@@ -123,7 +133,8 @@ class Outbox:
         """The oldest ``limit`` entries, in order."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, kind, alert_id, revision, payload FROM outbox ORDER BY seq LIMIT ?",
+                "SELECT seq, kind, alert_id, revision, payload FROM outbox WHERE sent_at = 0"
+                " ORDER BY seq LIMIT ?",
                 (limit,),
             ).fetchall()
         return [Entry(kind=k, payload=p, alert_id=a, revision=r, seq=s) for s, k, a, r, p in rows]
@@ -138,7 +149,39 @@ class Outbox:
             cur.executemany("DELETE FROM outbox WHERE seq = ?", [(e.seq,) for e in entries])
             cur.execute("COMMIT")
             self._count -= len(entries)
+            self._unsent -= len(entries)
             self._alerts -= sum(1 for e in entries if e.kind == "alert")
+
+    def mark_sent(self, entries: list[Entry], at: float) -> None:
+        """Acknowledged but not known durable: kept, not sent again unless ``unsend_all``."""
+        if not entries:
+            return
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            cur.executemany(
+                "UPDATE outbox SET sent_at = ? WHERE seq = ?", [(at, e.seq) for e in entries]
+            )
+            cur.execute("COMMIT")
+            self._unsent -= len(entries)
+
+    def confirm(self, sent_before: float) -> int:
+        """Forget entries acknowledged before ``sent_before`` (now known durable)."""
+        with self._lock:
+            cur = self._db.execute(
+                "DELETE FROM outbox WHERE sent_at > 0 AND sent_at < ?", (sent_before,)
+            )
+            n = cur.rowcount
+            self._count -= n
+            self._alerts -= n
+            return n
+
+    def unsend_all(self) -> int:
+        """Redis may have lost acknowledged entries (it went away): send them again."""
+        with self._lock:
+            n = self._db.execute("UPDATE outbox SET sent_at = 0 WHERE sent_at > 0").rowcount
+            self._unsent += n
+            return n
 
     def close(self) -> None:
         with self._lock:

@@ -60,6 +60,7 @@ class PublisherStats:
     scores_dropped: int = 0  # score updates / call events dropped on overflow
     outbox_overflow: bool = False  # raised while alerts hold the outbox past its bound
     overflow_episodes: int = 0
+    alerts_resent: int = 0  # acknowledged, then sent again because Redis went away
     redis_errors: int = 0
     redis_up: bool = False
 
@@ -87,6 +88,7 @@ class AlertPublisher:
         self._idle = threading.Condition()
         self._busy = False
         self._next_try = 0.0  # monotonic: no send attempt before, after a failure
+        self._conn_id: object = None
         self._thread: threading.Thread | None = None
         self.stats = PublisherStats()
 
@@ -117,7 +119,7 @@ class AlertPublisher:
         """Wait until the queue and the outbox are empty; False if still pending."""
         deadline = time.monotonic() + timeout_s
         with self._idle:
-            while self._queue or len(self._outbox) or self._busy:
+            while self._queue or self._outbox.unsent or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -137,7 +139,8 @@ class AlertPublisher:
 
     @property
     def pending(self) -> int:
-        return len(self._queue) + len(self._outbox)
+        """Entries not yet acknowledged by Redis."""
+        return len(self._queue) + self._outbox.unsent
 
     # --- the flusher thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -159,7 +162,7 @@ class AlertPublisher:
         batch: list[Entry] = []
         while self._queue:
             batch.append(self._queue.popleft())
-        backlog = len(self._outbox) > 0 or not self.stats.redis_up
+        backlog = self._outbox.unsent > 0 or not self.stats.redis_up
         journal = [e for e in batch if backlog or e.kind == "alert"]
         direct = [e for e in batch if not (backlog or e.kind == "alert")]
         if journal:
@@ -175,12 +178,20 @@ class AlertPublisher:
         if direct and not self._send(direct):
             result = self._outbox.append(direct)
             self.stats.scores_dropped += result.dropped
-        while len(self._outbox) and not self._stop.is_set():
+        while self._outbox.unsent and not self._stop.is_set():
             head = self._outbox.head(self._settings.outbox_batch)
             if not self._send(head):
                 break
-            self._outbox.remove(head)
+            if self._strict.mode in ("waitaof", "wait", "fsync_always"):
+                self._outbox.remove(head)  # durable already
+            else:
+                # AOF everysec can lose the last acknowledged writes when Redis dies:
+                # keep alerts until they are past the fsync window, resend if it dies
+                self._outbox.remove([e for e in head if e.kind != "alert"])
+                self._outbox.mark_sent([e for e in head if e.kind == "alert"], time.time())
             self._note_overflow(self._outbox.overflow)
+        if self.stats.redis_up:
+            self._outbox.confirm(time.time() - self._settings.confirm_window_s)
 
     def _note_overflow(self, overflow: bool) -> None:
         if overflow and not self.stats.outbox_overflow:
@@ -200,6 +211,7 @@ class AlertPublisher:
         keys, s = self._keys, self._settings
         try:
             pipe = self._client.pipeline(transaction=False)
+            pipe.client_id()  # changes when the connection was re-established
             for e in entries:
                 if e.kind == "alert":
                     self._script(
@@ -226,11 +238,18 @@ class AlertPublisher:
             self.stats.redis_up = False
             self._next_try = time.monotonic() + self._settings.retry_interval_s
             self._strict.reset()
+            self.stats.alerts_resent += self._outbox.unsend_all()
             return False
         if not self.stats.redis_up:
             log.info("redis available; sending %d waiting entries", len(self._outbox))
         self.stats.redis_up = True
-        self._account(entries, results)
+        conn_id = results[0]
+        if conn_id != self._conn_id:
+            # a new connection: Redis may have restarted and lost acknowledged writes
+            if self._conn_id is not None:
+                self.stats.alerts_resent += self._outbox.unsend_all()
+            self._conn_id = conn_id
+        self._account(entries, results[1:])
         return True
 
     def _call_state(self, pipe: redis.client.Pipeline, payload: str) -> None:

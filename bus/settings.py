@@ -26,6 +26,7 @@ class BusSettings(BaseSettings):
     redis_url: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("REDIS_URL", "CALLSHIELD_REDIS_URL")
     )
+    redis_tls_ca_file: Path | None = None  # CA bundle for rediss:// (else the system's)
     state_dir: Path = Field(default_factory=_default_state_dir)
     key_prefix: str = "callshield:"
     node_id: str = "node-1"
@@ -53,6 +54,9 @@ class BusSettings(BaseSettings):
     outbox_batch: int = Field(default=256, ge=1)
     publish_queue_max: int = Field(default=50_000, ge=10)  # in memory, before the outbox
     retry_interval_s: float = Field(default=0.5, gt=0)
+    # normal durability: an acknowledged alert stays in the outbox this long (AOF
+    # everysec: 1 s fsync + up to 2 s postponed write) and is resent if Redis goes away
+    confirm_window_s: float = Field(default=3.0, ge=0)
 
     # --- webhooks -------------------------------------------------------------------
     # Fernet key (urlsafe base64, 32 bytes) that encrypts endpoint secrets at rest; from

@@ -58,7 +58,7 @@ def test_a_retry_never_adds_a_second_entry(settings: BusSettings, client: redis.
         assert pub.flush(10)
         pub.close()
     assert len(_alerts(client, keys)) == 2
-    assert len(acked) == 6
+    assert len(acked) >= 6  # a restart also resends what it never saw confirmed
     assert len({a[2] for a in acked}) == 2  # every retry answered with the same entry
 
 

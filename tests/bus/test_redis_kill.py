@@ -1,6 +1,9 @@
 """R1: kill -9 Redis repeatedly under a steady alert load, restart it, and every alert the
-publisher accepted is in the stream exactly once; every entry Redis acknowledged before a
-kill survives it (AOF); nothing waiting in the outbox is lost."""
+publisher accepted is in the stream exactly once; nothing waiting in the outbox is lost.
+
+With AOF everysec a Redis that dies can lose its last acknowledged writes (seen here:
+one entry in some runs); the publisher keeps acknowledged alerts for its confirm window
+and sends them again after Redis went away, so the publisher-level guarantee holds."""
 
 from __future__ import annotations
 
@@ -31,8 +34,7 @@ def test_kill9_redis_under_load_loses_nothing(
 
     def on_acked(alert_id: str, revision: int, stream_id: str) -> None:
         with lock:
-            key = f"{alert_id}.r{revision}"
-            assert acked.setdefault(key, stream_id) == stream_id  # a retry: same entry
+            acked[f"{alert_id}.r{revision}"] = stream_id  # a resend may name a new entry
 
     pub = AlertPublisher(
         redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=0.5),
@@ -49,26 +51,22 @@ def test_kill9_redis_under_load_loses_nothing(
         pub.publish_score(make_score(i % 300, i))
         published.append(event_id(alert))
         if i % kill_every == kill_every - 1 and len(published) < ALERTS - 10:
-            with lock:
-                acked_before = dict(acked)
             redis_server.kill9()
             time.sleep(0.02)  # the load goes on against a dead Redis
             redis_server.start()
-            c = redis.Redis.from_url(url)
-            present = {sid.decode() for sid, _ in c.xrange(keys.alerts)}
-            c.close()
-            assert set(acked_before.values()) <= present, "an acknowledged alert was lost"
         elif i % 16 == 0:
             time.sleep(0.001)  # a steady, not a burst, load
     assert pub.flush(30), f"{pub.pending} entries still waiting"
     pub.close()
     assert pub.stats.redis_errors > 0  # the kills were felt
+    assert pub.stats.alerts_resent > 0
 
     c = redis.Redis.from_url(url)
     entries = c.xrange(keys.alerts)
     ids = [event_id(decode_alert(f)) for _, f in entries]
     c.close()
-    assert len(ids) == len(set(ids)), "duplicate entries in the alert stream"
+    dupes = [(sid, ev) for (sid, _), ev in zip(entries, ids, strict=True) if ids.count(ev) > 1]
+    assert not dupes, f"duplicate entries in the alert stream: {dupes}"
     assert set(ids) == set(published)
     assert set(acked) == set(published)
     assert {sid.decode() for sid, _ in entries} == set(acked.values())
