@@ -1,0 +1,296 @@
+"""Calls and legs of the media process: ids, metadata, lifecycle events.
+
+:class:`CallController` is what signalling (the SIP UAS, later the control API) talks
+to. It is synchronous: it opens and changes legs on a :class:`MediaBackend` (the
+native ingest in production, a fake in unit tests), keeps each call's metadata (ANI,
+DNIS, SIPREC participants, codec per leg) and hands :class:`CallEvent` s (started,
+updated, held, resumed, ended with a reason) to a :class:`CallPublisher`. Redis
+publishing comes in issue 7; :class:`MemoryPublisher` keeps them in a list.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Literal, Protocol
+
+from detectors.alert_schema import CallEvent, LegRole
+from native.ingest import PayloadType
+from sip_bridge.media import CapacityError
+from sip_bridge.sip.offer_answer import NegotiatedStream
+from sip_bridge.sip.siprec import RecordingMetadata, StreamRole
+
+log = logging.getLogger(__name__)
+EventName = Literal["started", "updated", "held", "resumed", "ended"]
+
+
+class MediaBackend(Protocol):
+    def open_leg(
+        self,
+        leg_id: str,
+        payload_types: Sequence[PayloadType],
+        expected_source: tuple[str, int] | None,
+    ) -> int: ...
+
+    def update_leg(
+        self,
+        leg_id: str,
+        payload_types: Sequence[PayloadType],
+        expected_source: tuple[str, int] | None,
+    ) -> None: ...
+
+    def set_paused(self, leg_id: str, paused: bool) -> None: ...
+
+    def close_leg(self, leg_id: str) -> None: ...
+
+    def idle_ns(self, leg_id: str, now_ns: int) -> int: ...
+
+
+@dataclass(slots=True)
+class Leg:
+    leg_id: str
+    index: int  # m= line of the SDP (or the API's order)
+    label: str | None
+    role: LegRole
+    role_source: str  # siprec_metadata, vendor_track, api, m_line_guess
+    codec: str
+    local_port: int
+    remote: tuple[str, int] | None
+    paused: bool = False
+    participant: str = ""  # the sending participant's AOR (SIPREC)
+
+
+@dataclass(slots=True)
+class Call:
+    call_id: str
+    kind: str  # sip, siprec, api
+    sip_call_id: str = ""
+    ani: str = ""
+    dnis: str = ""
+    correlation_id: str | None = None
+    external_ids: dict[str, str] = field(default_factory=dict)
+    participants: list[tuple[str, str]] = field(default_factory=list)  # (aor, name)
+    legs: dict[str, Leg] = field(default_factory=dict)
+    unanalyzed: str = ""  # e.g. "capacity": answered, media not analysed
+    state: str = "live"
+    end_reason: str = ""
+
+
+class CallPublisher(Protocol):
+    def publish(self, event: CallEvent, call: Call) -> None: ...
+
+
+class MemoryPublisher:
+    """Keeps every (event, call snapshot) in order; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events: list[tuple[CallEvent, Call]] = []
+
+    def publish(self, event: CallEvent, call: Call) -> None:
+        with self._lock:
+            self.events.append((event, call))
+
+    def of(self, call_id: str) -> list[CallEvent]:
+        with self._lock:
+            return [e for e, _ in self.events if e.call_id == call_id]
+
+
+@dataclass(frozen=True, slots=True)
+class CallSetup:
+    kind: str
+    sip_call_id: str = ""
+    ani: str = ""
+    dnis: str = ""
+    correlation_id: str | None = None
+    external_ids: dict[str, str] = field(default_factory=dict)
+
+
+def _payload_types(stream: NegotiatedStream) -> list[PayloadType]:
+    names = {"PCMU": "PCMU", "PCMA": "PCMA", "CN": "CN", "TELEPHONE-EVENT": "telephone-event"}
+    return [
+        PayloadType(p.pt, names[p.encoding.upper()], p.clock_rate)
+        for p in stream.payload_types
+        if p.encoding.upper() in names
+    ]
+
+
+class CallController:
+    def __init__(self, media: MediaBackend, publisher: CallPublisher) -> None:
+        self.media = media
+        self.publisher = publisher
+        self.calls: dict[str, Call] = {}
+        self.draining = False
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def start_call(
+        self,
+        setup: CallSetup,
+        streams: list[NegotiatedStream],
+        metadata: RecordingMetadata | None = None,
+        unanalyzed: str = "",
+    ) -> tuple[Call, dict[int, int]]:
+        """Open a leg per accepted stream; returns the call and m-line index -> port.
+        Raises CapacityError (nothing left open) when a leg cannot be opened."""
+        call = Call(
+            "call_" + secrets.token_hex(8),
+            setup.kind,
+            setup.sip_call_id,
+            setup.ani,
+            setup.dnis,
+            setup.correlation_id,
+            dict(setup.external_ids),
+            unanalyzed=unanalyzed,
+        )
+        if metadata is not None:
+            self._apply_metadata(call, metadata)
+        try:
+            ports = self._sync_legs(call, streams, metadata)
+        except CapacityError:
+            for leg_id in list(call.legs):
+                self.media.close_leg(leg_id)
+            raise
+        self.calls[call.call_id] = call
+        log.info("call %s started (%s, %d legs)", call.call_id, call.kind, len(call.legs))
+        self._emit(call, "started", f"unanalyzed:{unanalyzed}" if unanalyzed else "")
+        if call.legs and all(leg.paused for leg in call.legs.values()):
+            self._emit(call, "held", "")
+        return call, ports
+
+    def update_call(
+        self,
+        call_id: str,
+        streams: list[NegotiatedStream] | None,
+        metadata: RecordingMetadata | None = None,
+    ) -> dict[int, int]:
+        """A re-INVITE/UPDATE: new streams, codecs, ports, direction or metadata."""
+        call = self.calls[call_id]
+        was_held = bool(call.legs) and all(leg.paused for leg in call.legs.values())
+        if metadata is not None:
+            self._apply_metadata(call, metadata)
+        if streams is None:
+            ports = {leg.index: leg.local_port for leg in call.legs.values()}
+            self._assign_roles(call, metadata)
+        else:
+            ports = self._sync_legs(call, streams, metadata)
+        held = bool(call.legs) and all(leg.paused for leg in call.legs.values())
+        if held and not was_held:
+            self._emit(call, "held", "")
+        elif was_held and not held:
+            self._emit(call, "resumed", "")
+        else:
+            self._emit(call, "updated", "")
+        return ports
+
+    def end_call(self, call_id: str, reason: str) -> None:
+        call = self.calls.pop(call_id, None)
+        if call is None:
+            return
+        for leg_id in list(call.legs):
+            self.media.close_leg(leg_id)
+        call.state, call.end_reason = "ended", reason
+        log.info("call %s ended (%s)", call_id, reason)
+        self._emit(call, "ended", reason)
+
+    def timed_out(self, now_ns: int, timeout_ns: int) -> list[str]:
+        """Calls none of whose unpaused legs received RTP for ``timeout_ns``."""
+        out = []
+        for call in self.calls.values():
+            live = [leg for leg in call.legs.values() if not leg.paused]
+            if live and all(self.media.idle_ns(leg.leg_id, now_ns) >= timeout_ns for leg in live):
+                out.append(call.call_id)
+        return out
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _sync_legs(
+        self,
+        call: Call,
+        streams: list[NegotiatedStream],
+        metadata: RecordingMetadata | None,
+    ) -> dict[int, int]:
+        by_index = {leg.index: leg for leg in call.legs.values()}
+        ports: dict[int, int] = {}
+        for s in streams:
+            leg = by_index.pop(s.index, None)
+            if not s.accepted:
+                if leg is not None:
+                    self.media.close_leg(leg.leg_id)
+                    del call.legs[leg.leg_id]
+                continue
+            remote = (s.remote_host, s.remote_port) if s.remote_host else None
+            source = (s.remote_host, 0) if s.remote_host else None
+            pts = _payload_types(s)
+            if leg is None:
+                leg_id = f"{call.call_id}.{s.index}"
+                port = self.media.open_leg(leg_id, pts, source)
+                leg = Leg(
+                    leg_id, s.index, s.label, LegRole.UNKNOWN, "m_line_guess", s.codec, port, remote
+                )
+                call.legs[leg_id] = leg
+                if not s.peer_sends:
+                    self.media.set_paused(leg_id, True)
+                    leg.paused = True
+            else:
+                if remote != leg.remote or s.codec != leg.codec:
+                    self.media.update_leg(leg.leg_id, pts, source)
+                leg.remote, leg.codec, leg.label = remote, s.codec, s.label
+                if leg.paused == s.peer_sends:
+                    self.media.set_paused(leg.leg_id, not s.peer_sends)
+                    leg.paused = not s.peer_sends
+            ports[s.index] = leg.local_port
+        for gone in by_index.values():  # m-lines no longer offered
+            self.media.close_leg(gone.leg_id)
+            del call.legs[gone.leg_id]
+        self._assign_roles(call, metadata)
+        return ports
+
+    def _apply_metadata(self, call: Call, metadata: RecordingMetadata) -> None:
+        call.participants = [(p.aor, p.name) for p in metadata.participants]
+        if metadata.session_ids and call.correlation_id is None:
+            call.correlation_id = metadata.session_ids[0]
+
+    def _assign_roles(self, call: Call, metadata: RecordingMetadata | None) -> None:
+        roles: dict[str, StreamRole] = metadata.roles() if metadata is not None else {}
+        for leg in call.legs.values():
+            sr = roles.get(leg.label or "")
+            if sr is not None and sr.role != "unknown":
+                leg.role, leg.role_source = LegRole(sr.role), "siprec_metadata"
+                leg.participant = sr.participant.aor if sr.participant else ""
+            elif metadata is None and leg.role_source == "siprec_metadata":
+                continue  # keep what earlier metadata said
+            elif call.kind == "sip":
+                leg.role, leg.role_source = LegRole.MIXED, "m_line_guess"
+        if call.kind == "siprec" and metadata is not None:
+            caller = metadata.caller()
+            others = [p for p in metadata.participants if p is not caller]
+            if caller is not None:
+                call.ani = _user(caller.aor) or call.ani
+            if others:
+                call.dnis = _user(others[0].aor) or call.dnis
+
+    def _emit(self, call: Call, event: EventName, reason: str) -> None:
+        snapshot = replace(call, legs={k: replace(v) for k, v in call.legs.items()})
+        ev = CallEvent(
+            call_id=call.call_id,
+            event=event,
+            at=datetime.now(UTC),
+            reason=reason,
+            correlation_id=call.correlation_id,
+            external_ids=dict(call.external_ids),
+            legs={leg.leg_id: leg.role for leg in call.legs.values()},
+        )
+        try:
+            self.publisher.publish(ev, snapshot)
+        except Exception:
+            log.exception("publishing a call event failed")
+
+
+def _user(aor: str) -> str:
+    rest = aor.partition(":")[2] if ":" in aor else aor
+    return rest.partition("@")[0].partition(";")[0]

@@ -1,0 +1,242 @@
+"""The media side of the bridge: RTP ports from a configured range, one native ingest
+stream per leg, and the 20 ms playout clock that pulls every leg in one batch call and
+hands the frames to a :class:`FrameSink` (detectors come in issue 5).
+
+Threads: the ingest's C receiver thread; one playout thread (this module); the asyncio
+loop (signalling), which adds, changes and removes legs. Every ``Ingest`` call goes
+through one lock, so the playout thread and signalling never race on the stream table.
+Freed ports are quarantined (DESIGN §8: at least twice the RTP timeout) before reuse.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from native.ingest import Ingest, PayloadType, PulledFrames
+
+log = logging.getLogger(__name__)
+FRAME_NS = 20_000_000
+NATIVE_CODECS = frozenset({"PCMU", "PCMA", "L16", "CN", "telephone-event"})
+
+
+class CapacityError(RuntimeError):
+    """No RTP port or ingest slot is free."""
+
+
+class FrameSink(Protocol):
+    """Receives every 20 ms tick's frames of all legs. ``legs[i]`` owns row i of
+    ``frames`` (views reused by the next tick: copy what must outlive the call)."""
+
+    def on_frames(self, now_ns: int, legs: Sequence[str], frames: PulledFrames) -> None: ...
+
+
+class PortRange:
+    """Even RTP ports in [low, high] (RTCP would take the odd one above), with quarantine."""
+
+    def __init__(self, low: int, high: int, quarantine_s: float) -> None:
+        if not 0 < low <= high < 65536:
+            raise ValueError(f"bad RTP port range {low}-{high}")
+        first = low + (low & 1)
+        self._free: deque[int] = deque(range(first, high + 1, 2))
+        self._quarantine: deque[tuple[float, int]] = deque()
+        self.quarantine_s = quarantine_s
+
+    def take(self, now: float) -> int:
+        while self._quarantine and self._quarantine[0][0] <= now:
+            self._free.append(self._quarantine.popleft()[1])
+        if not self._free:
+            raise CapacityError("no free RTP port")
+        return self._free.popleft()
+
+    def give_back(self, port: int, now: float) -> None:
+        self._quarantine.append((now + self.quarantine_s, port))
+
+    @property
+    def free(self) -> int:
+        return len(self._free) + len(self._quarantine)
+
+
+@dataclass(slots=True)
+class _Leg:
+    leg_id: str
+    port: int
+    sock: socket.socket
+    stream_id: int
+    payload_types: tuple[PayloadType, ...]
+    created_ns: int
+
+
+class MediaEngine:
+    """Legs on native ingest streams, and the playout thread feeding a sink."""
+
+    def __init__(
+        self,
+        ingest: Ingest,
+        ports: PortRange,
+        sink: FrameSink,
+        *,
+        host: str = "127.0.0.1",
+        max_delay_ms: int = 300,
+    ) -> None:
+        self._ingest = ingest
+        self._ports = ports
+        self._sink = sink
+        self._host = host
+        self._max_delay_ms = max_delay_ms
+        self._lock = threading.Lock()
+        self._legs: dict[str, _Leg] = {}
+        self._by_stream: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ticks = 0
+        self.late_ticks = 0
+
+    # ---- legs ------------------------------------------------------------------------
+
+    def open_leg(
+        self,
+        leg_id: str,
+        payload_types: Sequence[PayloadType],
+        expected_source: tuple[str, int] | None,
+    ) -> int:
+        """Bind a port from the range and attach an ingest stream; returns the port."""
+        now = time.monotonic()
+        for _ in range(8):
+            port = self._ports.take(now)
+            sock = socket.socket(
+                socket.AF_INET6 if ":" in self._host else socket.AF_INET, socket.SOCK_DGRAM
+            )
+            try:
+                sock.setblocking(False)
+                sock.bind((self._host, port))
+            except OSError:
+                sock.close()
+                self._ports.give_back(port, now)
+                continue
+            break
+        else:
+            raise CapacityError("no bindable RTP port")
+        pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
+        try:
+            with self._lock:
+                sid = self._add(sock, pts, expected_source)
+                self._legs[leg_id] = _Leg(leg_id, port, sock, sid, pts, time.monotonic_ns())
+                self._by_stream[sid] = leg_id
+        except Exception:
+            sock.close()
+            self._ports.give_back(port, now)
+            raise
+        return port
+
+    def _add(
+        self, sock: socket.socket, pts: Sequence[PayloadType], source: tuple[str, int] | None
+    ) -> int:
+        try:
+            return self._ingest.add_stream(
+                sock, payload_types=pts, max_delay_ms=self._max_delay_ms, expected_source=source
+            )
+        except OSError as exc:
+            raise CapacityError(f"ingest refused the stream: {exc}") from None
+
+    def update_leg(
+        self,
+        leg_id: str,
+        payload_types: Sequence[PayloadType],
+        expected_source: tuple[str, int] | None,
+    ) -> None:
+        """Signalling moved or re-coded the media: same port, relearn the source
+        (a new payload-type table restarts the stream on the same socket)."""
+        pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
+        with self._lock:
+            leg = self._legs[leg_id]
+            if pts != leg.payload_types:
+                self._ingest.remove_stream(leg.stream_id)
+                del self._by_stream[leg.stream_id]
+                leg.stream_id = self._add(leg.sock, pts, expected_source)
+                leg.payload_types = pts
+                self._by_stream[leg.stream_id] = leg_id
+                return
+            if expected_source is not None:
+                self._ingest.expect_source(leg.stream_id, *expected_source)
+            self._ingest.rearm(leg.stream_id, time.monotonic_ns())
+
+    def set_paused(self, leg_id: str, paused: bool) -> None:
+        with self._lock:
+            self._ingest.set_paused(self._legs[leg_id].stream_id, paused)
+
+    def close_leg(self, leg_id: str) -> None:
+        with self._lock:
+            leg = self._legs.pop(leg_id, None)
+            if leg is None:
+                return
+            del self._by_stream[leg.stream_id]
+            self._ingest.remove_stream(leg.stream_id)
+        leg.sock.close()
+        self._ports.give_back(leg.port, time.monotonic())
+
+    def idle_ns(self, leg_id: str, now_ns: int) -> int:
+        """How long the leg has received nothing (since it opened, if never)."""
+        with self._lock:
+            leg = self._legs[leg_id]
+            last = int(self._ingest.stream_counters(leg.stream_id)["last_arrival_ns"])
+        return now_ns - max(last, leg.created_ns)
+
+    def stats(self, leg_id: str) -> dict[str, object]:
+        with self._lock:
+            sid = self._legs[leg_id].stream_id
+            out = self._ingest.stream_stats(sid)
+            out["counters"] = self._ingest.stream_counters(sid)
+        return out
+
+    @property
+    def leg_ids(self) -> list[str]:
+        return list(self._legs)
+
+    @property
+    def free_ports(self) -> int:
+        return self._ports.free
+
+    # ---- the playout clock -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._playout, name="playout", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for leg_id in list(self._legs):
+            self.close_leg(leg_id)
+
+    def _playout(self) -> None:
+        """Every 20 ms on the monotonic clock, one batch pull of all legs. A late tick
+        is caught up (each due tick is pulled at its own due time), never skipped."""
+        due = time.monotonic_ns()
+        legs: tuple[str, ...] = ()
+        last_frames: PulledFrames | None = None
+        while not self._stop.is_set():
+            wait = (due - time.monotonic_ns()) / 1e9
+            if wait > 0 and self._stop.wait(wait):
+                return
+            if time.monotonic_ns() - due > FRAME_NS:
+                self.late_ticks += 1
+            with self._lock:
+                frames = self._ingest.pull_all(due)
+                if frames is not last_frames:
+                    legs = tuple(self._by_stream[int(s)] for s in frames.ids)
+                    last_frames = frames
+                if legs:
+                    try:
+                        self._sink.on_frames(due, legs, frames)
+                    except Exception:
+                        log.exception("frame sink failed; frames of this tick dropped")
+            self.ticks += 1
+            due += FRAME_NS

@@ -1,0 +1,439 @@
+"""The SIP user-agent server of the bridge: synchronous and pure apart from the call
+controller it drives. Bytes (or parsed messages) go in with their peer and ``now``;
+messages to send come out. The asyncio transports (sip_bridge.sip.transport) are a thin
+shell that feeds it datagrams and stream-framed messages and runs :meth:`SipUas.poll`.
+
+Methods: INVITE (100 Trying, optional 180 + delayed answer for plain SIP, 200 with the
+SDP answer), ACK, BYE, CANCEL (487 to the INVITE), OPTIONS (503 while draining),
+UPDATE and re-INVITE (hold, codec/port change, SIPREC metadata), INFO; other methods get
+405/501. Draining (SIGTERM): plain INVITEs get 503 + Retry-After; SIPREC is still
+answered and marked ``unanalyzed:capacity`` (DESIGN §8).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from sip_bridge.calls import CallController, CallSetup
+from sip_bridge.media import CapacityError
+from sip_bridge.sip.body import read_body
+from sip_bridge.sip.dialog import (
+    ACCEPT,
+    ALLOW,
+    SUPPORTED,
+    ClientTransactions,
+    Dialog,
+    make_response,
+    new_dialog,
+    new_tag,
+    salvage_headers,
+    warning_text,
+)
+from sip_bridge.sip.fields import SUPPORTED_SCHEMES, NameAddr, SipUri, Via, user_of
+from sip_bridge.sip.message import (
+    SipParseError,
+    SipRequest,
+    SipResponse,
+    parse_cseq,
+    parse_message,
+)
+from sip_bridge.sip.offer_answer import (
+    NegotiatedStream,
+    NotAcceptableError,
+    build_answer,
+    negotiate,
+)
+from sip_bridge.sip.transaction import (
+    Outgoing,
+    Peer,
+    ServerTransaction,
+    Timers,
+    TransactionLayer,
+    transaction_key,
+)
+
+log = logging.getLogger(__name__)
+KNOWN_TAGS: Final = frozenset({"siprec", "timer", "replaces"})
+NOT_ALLOWED: Final = frozenset({"REGISTER", "MESSAGE", "REFER"})
+NO_EVENTS: Final = frozenset({"SUBSCRIBE", "PUBLISH"})  # no event package: 489 Bad Event
+
+
+@dataclass(frozen=True, slots=True)
+class UasConfig:
+    host: str = "127.0.0.1"  # advertised in Contact and SDP
+    port: int = 5060
+    answer_delay: float = 0.0  # plain SIP: 180 Ringing, answer after this (0: at once)
+    retry_after: int = 30
+    max_dialogs_per_source: int = 1000
+    reject_siprec_when_draining: bool = False
+    rtp_timeout: float = 30.0
+    min_se: int = 90
+    timers: Timers = field(default_factory=Timers)
+
+
+class SipUas:
+    def __init__(self, controller: CallController, config: UasConfig | None = None) -> None:
+        self.controller = controller
+        self.config = config or UasConfig()
+        self.transactions = TransactionLayer(self.config.timers)
+        self.clients = ClientTransactions(self.config.timers)
+        self.dialogs: dict[tuple[str, str, str], Dialog] = {}
+        self.stats: Counter[str] = Counter()
+        self._next_media_check = 0.0
+
+    # ---- input -------------------------------------------------------------------------
+
+    def on_datagram(self, data: bytes, peer: Peer, now: float) -> list[Outgoing]:
+        """One UDP datagram or one framed TCP message."""
+        if not data.strip():
+            return []  # CRLF keep-alive
+        self.stats["received"] += 1
+        try:
+            message = parse_message(data, stream=peer.reliable)
+        except SipParseError as exc:
+            self.stats["parse_errors"] += 1
+            log.debug("unparseable message: %s", exc)
+            return self._error_reply(data, peer, exc)
+        try:
+            return self.on_message(message, peer, now)
+        except SipParseError as exc:  # a header the dispatcher needed was malformed
+            self.stats["parse_errors"] += 1
+            return self._error_reply(data, peer, exc)
+
+    def on_message(self, msg: SipRequest | SipResponse, peer: Peer, now: float) -> list[Outgoing]:
+        if isinstance(msg, SipResponse):
+            branch = Via.parse(msg.headers.get_all("Via")[0]).branch
+            if not self.clients.on_response(branch, msg.status):
+                self.stats["dropped"] += 1
+            return []
+        if msg.method == "ACK":
+            self._ack(msg, now)
+            return []
+        existing = self.transactions.find(_key(msg))
+        if existing is not None:
+            self.stats["retransmissions"] += 1
+            return self.transactions.on_retransmission(existing)
+        tx = self.transactions.create(msg, peer)
+        uri_scheme = msg.uri.partition(":")[0].lower()
+        if uri_scheme not in SUPPORTED_SCHEMES:
+            return [self._reply(tx, 416, now)]
+        if msg.method != "CANCEL":
+            unknown = [
+                t for t in msg.headers.get_all("Require") if t.strip().lower() not in KNOWN_TAGS
+            ]
+            if unknown:
+                return [self._reply(tx, 420, now, extra=[("Unsupported", ", ".join(unknown))])]
+        handler = getattr(self, "_on_" + msg.method.lower(), None)
+        if handler is not None and msg.method in _HANDLED:
+            result: list[Outgoing] = handler(tx, msg, now)
+            return result
+        if msg.method in NO_EVENTS:
+            return [self._reply(tx, 489, now)]
+        if msg.method == "NOTIFY":
+            return [self._reply(tx, 481, now)]
+        status = 405 if msg.method in NOT_ALLOWED else 501
+        return [self._reply(tx, status, now, extra=[("Allow", ALLOW)])]
+
+    # ---- methods ----------------------------------------------------------------------
+
+    def _on_invite(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        if NameAddr.parse(req.headers.get("To") or "").tag:
+            return self._modify(tx, req, now)
+        try:
+            body = read_body(req)
+        except SipParseError as exc:
+            return [self._reply(tx, exc.status or 400, now, extra=_accept_if(exc.status))]
+        if body.sdp is None:
+            warning = [("Warning", '399 callshield "offer required"')]
+            return [self._reply(tx, 488, now, extra=warning)]
+        try:
+            streams = negotiate(body.sdp)
+        except NotAcceptableError:
+            return [self._reply(tx, 488, now, extra=[("Warning", '305 callshield "no codec"')])]
+        se = _session_expires(req)
+        if se is not None and se < self.config.min_se:
+            return [self._reply(tx, 422, now, extra=[("Min-SE", str(self.config.min_se))])]
+        unanalyzed = ""
+        crowded = self._dialogs_from(tx.peer.host) >= self.config.max_dialogs_per_source
+        if self.controller.draining or crowded:
+            if not body.siprec or self.config.reject_siprec_when_draining:
+                extra = [("Retry-After", str(self.config.retry_after))]
+                return [self._reply(tx, 503, now, extra=extra)]
+            unanalyzed = "capacity"
+        dialog = new_dialog(req, tx, body, streams, unanalyzed)
+        self.dialogs[dialog.key] = dialog
+        tx.context["dialog"] = dialog
+        out = [self._reply(tx, 100, now)]
+        if not body.siprec and self.config.answer_delay > 0:
+            out.append(self._reply(tx, 180, now, to_tag=dialog.local_tag))
+            dialog.answer_at = now + self.config.answer_delay
+            return out
+        return out + self._answer(dialog, now)
+
+    def _answer(self, dialog: Dialog, now: float) -> list[Outgoing]:
+        dialog.answer_at = None
+        req, tx = dialog.invite_tx.request, dialog.invite_tx
+        setup = CallSetup(
+            "siprec" if dialog.siprec else "sip",
+            dialog.sip_call_id,
+            ani=user_of(req.headers.get("P-Asserted-Identity") or req.headers.get("From")),
+            dnis=user_of(req.headers.get("To")) or _uri_user(req.uri),
+            correlation_id=req.headers.get("Session-ID"),
+        )
+        try:
+            call, ports = self.controller.start_call(
+                setup, dialog.streams, dialog.metadata, dialog.unanalyzed
+            )
+        except CapacityError:
+            if not dialog.siprec:
+                del self.dialogs[dialog.key]
+                extra = [("Retry-After", str(self.config.retry_after))]
+                return [self._reply(tx, 503, now, to_tag=dialog.local_tag, extra=extra)]
+            dialog.streams = [replace(s, accepted=False) for s in dialog.streams]
+            call, ports = self.controller.start_call(setup, dialog.streams, None, "capacity")
+        dialog.call_id = call.call_id
+        assert dialog.offer is not None
+        dialog.sdp_session = int(now * 1000) & 0x7FFFFFFF
+        dialog.answer = build_answer(
+            dialog.offer,
+            dialog.streams,
+            ports,
+            local_host=self.config.host,
+            session_id=dialog.sdp_session,
+            version=dialog.sdp_version,
+        )
+        extra = self._dialog_headers(dialog, req)
+        return [
+            self._reply(
+                tx, 200, now, to_tag=dialog.local_tag, extra=extra, body=bytes(dialog.answer)
+            )
+        ]
+
+    def _modify(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        """re-INVITE or UPDATE inside a dialog."""
+        dialog = self._dialog_of(req)
+        if dialog is None:
+            return [self._reply(tx, 481, now)]
+        cseq, _ = parse_cseq(req.headers.get("CSeq") or "")
+        if cseq <= dialog.remote_cseq:
+            return [self._reply(tx, 500, now, extra=[("Retry-After", "1")])]
+        dialog.remote_cseq = cseq
+        if not dialog.call_id or (req.method == "INVITE" and not dialog.invite_tx.acked):
+            return [self._reply(tx, 491, now)]
+        try:
+            body = read_body(req)
+        except SipParseError as exc:
+            return [self._reply(tx, exc.status or 400, now, extra=_accept_if(exc.status))]
+        streams: list[NegotiatedStream] | None = None
+        if body.sdp is not None:
+            try:
+                streams = negotiate(body.sdp)
+            except NotAcceptableError:
+                return [self._reply(tx, 488, now)]
+        ports = self.controller.update_call(dialog.call_id, streams, body.metadata)
+        if body.metadata is not None:
+            dialog.metadata = body.metadata
+        if streams is not None and body.sdp is not None:
+            dialog.offer, dialog.streams = body.sdp, streams
+            dialog.sdp_version += 1
+            dialog.answer = build_answer(
+                body.sdp,
+                streams,
+                ports,
+                local_host=self.config.host,
+                session_id=dialog.sdp_session,
+                version=dialog.sdp_version,
+            )
+        if req.method == "INVITE":
+            dialog.invite_tx = tx
+        send_sdp = req.method == "INVITE" or streams is not None
+        body_bytes = bytes(dialog.answer) if send_sdp and dialog.answer is not None else b""
+        extra = self._dialog_headers(dialog, req)
+        return [self._reply(tx, 200, now, to_tag=dialog.local_tag, extra=extra, body=body_bytes)]
+
+    _on_update = _modify
+
+    def _ack(self, req: SipRequest, now: float) -> None:
+        tx = self.transactions.find(_key(req))
+        if tx is not None and tx.status >= 300:
+            self.transactions.on_ack(tx, now)
+            return
+        dialog = self._dialog_of(req)
+        if dialog is None:
+            self.stats["dropped"] += 1
+            return
+        self.transactions.on_ack(dialog.invite_tx, now)
+        dialog.state = "confirmed"
+
+    def _on_bye(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        dialog = self._dialog_of(req)
+        if dialog is None:
+            return [self._reply(tx, 481, now)]
+        out = [self._reply(tx, 200, now)]
+        if not dialog.invite_tx.final:
+            out.append(self._reply(dialog.invite_tx, 487, now, to_tag=dialog.local_tag))
+        self._end(dialog, "bye")
+        return out
+
+    def _on_cancel(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        invite = self.transactions.find(_key(req, "INVITE"))
+        if invite is None:
+            return [self._reply(tx, 481, now)]
+        out = [self._reply(tx, 200, now)]
+        dialog = invite.context.get("dialog")
+        if not invite.final and isinstance(dialog, Dialog):
+            out.append(self._reply(invite, 487, now, to_tag=dialog.local_tag))
+            self._end(dialog, "cancel")
+        return out
+
+    def _on_options(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        extra = [("Allow", ALLOW), ("Accept", ACCEPT), ("Supported", SUPPORTED)]
+        if NameAddr.parse(req.headers.get("To") or "").tag:
+            if self._dialog_of(req) is None:
+                return [self._reply(tx, 481, now)]
+        elif self.controller.draining:
+            extra.append(("Retry-After", str(self.config.retry_after)))
+            return [self._reply(tx, 503, now, extra=extra)]
+        return [self._reply(tx, 200, now, to_tag=new_tag(), extra=extra)]
+
+    def _on_info(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        return [self._reply(tx, 200 if self._dialog_of(req) else 481, now)]
+
+    def _on_prack(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        return [self._reply(tx, 481, now)]  # we never send reliable provisionals
+
+    # ---- timers, hang-up, draining -----------------------------------------------------
+
+    def poll(self, now: float) -> list[Outgoing]:
+        out, unacked = self.transactions.poll(now)
+        for tx in unacked:
+            dialog = tx.context.get("dialog")
+            if isinstance(dialog, Dialog) and dialog.key in self.dialogs:
+                out += self.hangup(dialog.call_id, "ack_timeout", now)
+        out += self.clients.poll(now)
+        for dialog in list(self.dialogs.values()):
+            if dialog.answer_at is not None and now >= dialog.answer_at:
+                out += self._answer(dialog, now)
+        if now >= self._next_media_check:
+            self._next_media_check = now + 1.0
+            timeout_ns = int(self.config.rtp_timeout * 1e9)
+            for call_id in self.controller.timed_out(int(now * 1e9), timeout_ns):
+                out += self.hangup(call_id, "rtp_timeout", now)
+        return out
+
+    def hangup(self, call_id: str, reason: str, now: float) -> list[Outgoing]:
+        """End a call from our side: BYE to the peer, then the call ends."""
+        for dialog in list(self.dialogs.values()):
+            if dialog.call_id == call_id:
+                branch, bye = dialog.bye(self.config.host, self.config.port)
+                self._end(dialog, reason)
+                return [self.clients.send(branch, Outgoing(dialog.peer, bytes(bye)), now)]
+        self.controller.end_call(call_id, reason)
+        return []
+
+    def hangup_all(self, reason: str, now: float) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        for dialog in list(self.dialogs.values()):
+            if dialog.call_id:
+                out += self.hangup(dialog.call_id, reason, now)
+        return out
+
+    def next_deadline(self) -> float | None:
+        times = [self.transactions.next_deadline(), self.clients.next_deadline()]
+        times += [d.answer_at for d in self.dialogs.values()]
+        return min((t for t in times if t is not None), default=None)
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _end(self, dialog: Dialog, reason: str) -> None:
+        dialog.state = "terminated"
+        self.dialogs.pop(dialog.key, None)
+        if dialog.call_id:
+            self.controller.end_call(dialog.call_id, reason)
+
+    def _dialog_of(self, req: SipRequest) -> Dialog | None:
+        to_tag = NameAddr.parse(req.headers.get("To") or "").tag or ""
+        from_tag = NameAddr.parse(req.headers.get("From") or "").tag or ""
+        return self.dialogs.get((req.headers.get("Call-ID") or "", to_tag, from_tag))
+
+    def _dialogs_from(self, host: str) -> int:
+        return sum(1 for d in self.dialogs.values() if d.peer.host == host)
+
+    def _dialog_headers(self, dialog: Dialog, req: SipRequest) -> list[tuple[str, str]]:
+        transport = ";transport=tcp" if dialog.peer.reliable else ""
+        feature = ";+sip.srs" if dialog.siprec else ""
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        extra = [
+            ("Contact", f"<sip:callshield@{host}:{self.config.port}{transport}>{feature}"),
+            ("Allow", ALLOW),
+            ("Supported", SUPPORTED),
+        ]
+        extra += [("Record-Route", rr) for rr in req.headers.get_all("Record-Route")]
+        se = _session_expires(req)
+        if se is not None:
+            extra.append(("Session-Expires", f"{se};refresher=uac"))
+            if any(t.strip().lower() == "timer" for t in req.headers.get_all("Supported")):
+                extra.append(("Require", "timer"))
+        return extra
+
+    def _reply(
+        self,
+        tx: ServerTransaction,
+        status: int,
+        now: float,
+        *,
+        to_tag: str | None = None,
+        extra: list[tuple[str, str]] | None = None,
+        body: bytes = b"",
+    ) -> Outgoing:
+        if to_tag is None and status > 100:
+            to_tag = new_tag()
+        resp = make_response(
+            tx.request.headers, tx.peer, status, to_tag=to_tag, extra=extra, body=body
+        )
+        self.stats[f"sent.{status}"] += 1
+        return self.transactions.respond(tx, status, bytes(resp), now)
+
+    def _error_reply(self, data: bytes, peer: Peer, exc: SipParseError) -> list[Outgoing]:
+        headers = salvage_headers(data) if exc.status is not None else None
+        if headers is None:
+            self.stats["dropped"] += 1
+            return []
+        resp = make_response(
+            headers,
+            peer,
+            exc.status or 400,
+            to_tag=new_tag(),
+            extra=[("Warning", f'399 callshield "{warning_text(str(exc))}"')],
+        )
+        self.stats[f"sent.{resp.status}"] += 1
+        return [Outgoing(peer, bytes(resp))]
+
+
+_HANDLED = frozenset({"INVITE", "BYE", "CANCEL", "OPTIONS", "UPDATE", "INFO", "PRACK"})
+
+
+def _key(req: SipRequest, method: str | None = None) -> tuple[str, ...]:
+    return transaction_key(req, method)
+
+
+def _session_expires(req: SipRequest) -> int | None:
+    value = req.headers.get("Session-Expires")
+    if value is None:
+        return None
+    head = value.partition(";")[0].strip()
+    return int(head) if head.isdigit() and len(head) < 10 else None
+
+
+def _uri_user(uri: str) -> str:
+    try:
+        return SipUri.parse(uri).user
+    except SipParseError:
+        return ""
+
+
+def _accept_if(status: int | None) -> list[tuple[str, str]]:
+    return [("Accept", ACCEPT)] if status == 415 else []
