@@ -16,6 +16,7 @@ from collections.abc import Sequence
 _COMMANDS: dict[str, str] = {
     "bench": "sip_bridge.bench.cli",
     "demo": "sip_bridge.demo",
+    "models": "detectors.models_cli",
     "schema": "bus.schema_export",
     "redis": "bus.redis_cli",
 }

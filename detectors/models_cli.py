@@ -1,0 +1,94 @@
+"""``callshield models list | verify | install | build-fixtures``: the models directory.
+
+Nothing is downloaded: ``install`` copies a local ONNX file and its manifest (checked by
+sha256); ``build-fixtures`` (a dev command, needs the ``onnx`` package) builds the
+runtime test fixtures of ``detectors.fixture_models`` into the directory.
+This module stays cheap to import (the CLI imports it to build its parser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any, name: str) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help="list, verify and install detector models (ONNX + manifest)"
+    )
+    parser.add_argument(
+        "--models-dir", type=Path, help="models directory (default: $CALLSHIELD_MODELS_DIR)"
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    p = verbs.add_parser("list", help="installed models and their manifests")
+    p.add_argument("--json", action="store_true")
+    verbs.add_parser("verify", help="check every model file against its manifest's sha256")
+    p = verbs.add_parser("install", help="copy a local model (and its manifest) into the directory")
+    p.add_argument("source", type=Path, help="the .onnx file")
+    p.add_argument("--manifest", type=Path, help="its manifest (default: the one beside it)")
+    p = verbs.add_parser(
+        "build-fixtures", help="dev: build the runtime test fixtures (not detectors)"
+    )
+    p.add_argument("--tiny", action="store_true", help="small variants, for tests")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from detectors.model_store import ModelSettings, ModelStore
+
+    root = args.models_dir or ModelSettings().models_dir
+    store = ModelStore(root)
+    if args.verb == "list":
+        rows = [
+            {
+                "name": i.manifest.name,
+                "version": i.manifest.version,
+                "dimension": i.manifest.dimension.value,
+                "rate": i.manifest.input.sample_rate,
+                "window_s": i.manifest.input.window / i.manifest.input.sample_rate,
+                "hop_s": i.manifest.input.hop / i.manifest.input.sample_rate,
+                "fixture": i.manifest.fixture,
+                "licence": i.manifest.licence,
+                "sha256": i.manifest.sha256,
+            }
+            for i in store.installed()
+        ]
+        if args.json:
+            print(json.dumps({"models_dir": str(root), "models": rows}, indent=2))
+        else:
+            print(f"models in {root}:" if rows else f"no models in {root}")
+            for r in rows:
+                tag = "  [test fixture]" if r["fixture"] else ""
+                print(
+                    f"  {r['name']} {r['version']}  {r['dimension']}  {r['rate']} Hz  "
+                    f"window {r['window_s']:.2f} s hop {r['hop_s']:.2f} s  {r['licence']}{tag}"
+                )
+        return 0
+    if args.verb == "verify":
+        checks = store.verify()
+        for c in checks:
+            print(f"{'ok ' if c.ok else 'BAD'} {c.key}{'' if c.ok else ': ' + c.problem}")
+        if not checks:
+            print(f"no models in {root}")
+        return 0 if all(c.ok for c in checks) else 1
+    if args.verb == "install":
+        try:
+            installed = store.install(args.source, args.manifest)
+        except ValueError as exc:
+            print(f"error: {exc}")
+            return 1
+        print(f"installed {installed.manifest.key} -> {installed.model_path}")
+        return 0
+    if args.verb == "build-fixtures":
+        from detectors.fixture_models import all_fixtures
+
+        for data, manifest in all_fixtures(tiny=args.tiny):
+            installed = store.add_built(data, manifest)
+            print(
+                f"built {installed.manifest.key} (runtime test fixture) -> {installed.model_path}"
+            )
+        return 0
+    raise AssertionError(args.verb)
