@@ -1,0 +1,141 @@
+"""The detector runtime: frame bank, window plans, scheduler, fusion and admission wired
+together for the media process (the bridge builds one and feeds it every tick).
+
+    runtime = DetectorRuntime(detectors, publisher)
+    runtime.start()                       # pre-warm every model and batch shape: ready
+    decision = runtime.open_call("c1")    # admission: refused / shed / analysed
+    runtime.add_leg("c1", stream_id, "caller", LegRole.EXTERNAL)
+    every 20 ms: runtime.on_frames(ingest.pull_all(now_ns))
+
+``on_frames`` runs on the playout-clock thread: it writes the frames into the bank and
+queues complete windows, nothing more; inference and fusion happen on the scheduler's
+threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from detectors.admission import Admission, AdmissionConfig, Decision
+from detectors.alert_schema import LegRole
+from detectors.contract import Detector, WindowResult
+from detectors.fusion import AlertPublisher, Fusion, Policy
+from detectors.metrics import DetectorMetrics
+from detectors.scheduler import BatchObserver, LaneConfig, Scheduler
+from detectors.windowing import FrameBank, LegInfo, WindowPlan
+from native.ingest import PulledFrames
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    workers: int = 2
+    max_legs: int = 512
+    ring_s: float = 12.0
+    lanes: LaneConfig | dict[str, LaneConfig] | None = None
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    node_id: str = "node"
+
+
+class DetectorRuntime:
+    def __init__(
+        self,
+        detectors: Sequence[Detector],
+        publisher: AlertPublisher,
+        *,
+        config: RuntimeConfig = RuntimeConfig(),
+        policy: Policy | None = None,
+        metrics: DetectorMetrics | None = None,
+        observer: BatchObserver | None = None,
+        on_result: Callable[[WindowResult], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics or DetectorMetrics()
+        self._clock = clock
+        self.bank = FrameBank(
+            [d.spec.sample_rate for d in detectors], config.max_legs, config.ring_s
+        )
+        self.plans: list[WindowPlan] = [self.bank.plan(d.spec) for d in detectors]
+        self.fusion = Fusion(publisher, policy, config.node_id)
+        self._lock = threading.Lock()
+        self._on_result = on_result
+        demand = {d.spec.name: 1.0 / d.spec.hop_s for d in detectors}
+        self.admission = Admission(
+            replace(config.admission, workers=config.workers),
+            demand,
+            self.metrics,
+        )
+        self._observer = observer
+
+        def observe(name: str, size: int, run_s: float, waits: list[float]) -> None:
+            self.admission.observe_batch(name, size, run_s, waits)
+            if self._observer is not None:
+                self._observer(name, size, run_s, waits)
+
+        self.scheduler = Scheduler(
+            detectors,
+            self._sink,
+            bank=self.bank,
+            workers=config.workers,
+            config=config.lanes,
+            metrics=self.metrics,
+            observer=observe,
+            clock=clock,
+        )
+        self._streams: dict[str, list[int]] = {}  # call id -> stream ids
+
+    @property
+    def ready(self) -> bool:
+        return self.scheduler.ready
+
+    def start(self) -> None:
+        self.scheduler.warm_up()
+        self.scheduler.start()
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+    # ---- calls and legs -------------------------------------------------------------
+
+    def open_call(self, call_id: str, correlation_id: str | None = None) -> Decision:
+        decision = self.admission.admit(call_id)
+        if decision.analysed:
+            with self._lock:
+                self.fusion.open_call(call_id, correlation_id)
+                self._streams.setdefault(call_id, [])
+        return decision
+
+    def add_leg(
+        self, call_id: str, stream_id: int, leg_id: str, role: LegRole, codec: str = "pcmu"
+    ) -> None:
+        """Register a leg of an analysed call (legs of other calls are ignored)."""
+        if call_id not in self._streams:
+            return
+        self.bank.add_leg(stream_id, LegInfo(call_id, leg_id, role, codec))
+        self._streams[call_id].append(stream_id)
+
+    def end_call(self, call_id: str) -> None:
+        for sid in self._streams.pop(call_id, []):
+            self.bank.remove_leg(sid)
+        with self._lock:
+            self.fusion.end_call(call_id)
+        self.admission.release(call_id)
+
+    # ---- the tick -------------------------------------------------------------------
+
+    def on_frames(self, pulled: PulledFrames) -> None:
+        self.bank.push(pulled.ids, pulled.pcm, pulled.infos)
+        now = self._clock()
+        for plan in self.plans:
+            jobs = plan.collect(now)
+            if jobs:
+                self.scheduler.submit(jobs)
+
+    def _sink(self, result: WindowResult) -> None:
+        with self._lock:
+            self.fusion.on_result(result)
+        if self._on_result is not None:
+            self._on_result(result)

@@ -1,0 +1,342 @@
+"""Windowing: 20 ms frames of every leg in, detector windows out (DESIGN §3, §5).
+
+One ``FrameBank`` per media process holds, for every registered leg (a row), a ring of
+its audio at each model rate (resampled once, on arrival, with the streaming polyphase
+resampler) and a ring of 2.5 ms unit codes from the jitter buffer's flags and
+``real_mask`` (received, concealed, comfort noise, paused, not yet started, missing)
+with a speech-energy bit. ``push`` takes one batch pull of all legs (``native.ingest.
+PulledFrames``: ids, pcm, infos) and writes every leg in a few vectorised numpy ops.
+
+A ``WindowPlan`` per detector tracks, per leg, where its next window ends; ``collect``
+returns the windows that became complete. A window is a reference into the ring (row,
+start, length), copied once, straight into the scheduler's batch tensor; windows that
+need no inference (paused, leg role, concealed audio, too little speech) carry their
+abstention already. Audio of PAUSED frames is zeroed before it reaches a ring.
+
+Leg time runs on the bank's tick from the moment the leg is added, so a leg missing
+from a pull keeps its timeline (its units are marked missing, its audio zeroed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from detectors.alert_schema import Abstention, LegRole
+from detectors.contract import DetectorSpec, FloatArray, WindowKey, WindowQuality
+from detectors.resample import PolyphaseResampler
+from native.ingest_types import FRAME_INFO_DTYPE
+
+IN_RATE = 8000
+FRAME_MS = 20
+UNITS_PER_FRAME = 8  # 2.5 ms units, as the jitter buffer's real_mask
+SPEECH_BIT = 0x10
+
+# Unit codes (low bits); SPEECH_BIT marks received audio above the speech-energy gate.
+NOT_STARTED, REAL, CONCEALED, CNG, PAUSED, MISSING = range(6)
+
+
+def _flag_constants() -> tuple[int, int, int, int, int]:
+    from native import lib
+
+    return (
+        int(lib.CS_FRAME_NOT_STARTED),
+        int(lib.CS_FRAME_NORMAL),
+        int(lib.CS_FRAME_CONCEALED),
+        int(lib.CS_FRAME_CNG),
+        int(lib.CS_FRAME_PAUSED),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LegInfo:
+    call_id: str
+    leg_id: str
+    role: LegRole
+    codec: str = "pcmu"
+
+
+@dataclass(slots=True)
+class _Leg:
+    info: LegInfo
+    row: int
+    first_tick: int
+    late_total: int = 0
+    jitter_ms: float = 0.0
+    late_marks: dict[str, int] = field(default_factory=dict)
+
+
+class RateRing:
+    """Audio of every row at one rate: float32 [rows, frames * samples_per_frame]."""
+
+    def __init__(self, rate: int, rows: int, ring_frames: int) -> None:
+        self.rate = rate
+        self.spf = rate * FRAME_MS // 1000
+        self.length = ring_frames * self.spf
+        self.audio = np.zeros((rows, self.length), np.float32)
+        self.resampler = PolyphaseResampler(IN_RATE, rate, IN_RATE * FRAME_MS // 1000, rows)
+
+    def read_into(self, row: int, start: int, out: FloatArray) -> None:
+        """Copy ``len(out)`` samples of ``row`` from ring position ``start`` (wrapping)."""
+        n = out.shape[0]
+        start %= self.length
+        first = min(n, self.length - start)
+        out[:first] = self.audio[row, start : start + first]
+        if first < n:
+            out[first:] = self.audio[row, : n - first]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowJob:
+    """A complete window for one detector: a reference into a ring, or an abstention."""
+
+    detector: str
+    key: WindowKey
+    quality: WindowQuality
+    abstained: Abstention | None
+    ready_at: float
+    ring: RateRing | None = None
+    row: int = -1
+    start: int = 0
+    length: int = 0
+    tick: int = 0  # bank tick at which the window completed
+
+    def read_into(self, out: FloatArray) -> None:
+        if self.ring is None:
+            raise ValueError("an abstained window has no audio")
+        self.ring.read_into(self.row, self.start, out)
+
+
+class FrameBank:
+    """Rings of every leg's audio and unit codes; see the module docstring."""
+
+    def __init__(
+        self,
+        rates: tuple[int, ...] | list[int],
+        max_legs: int = 256,
+        ring_s: float = 12.0,
+        speech_gate_db: float = -45.0,
+    ) -> None:
+        self.max_legs = max_legs
+        self.ring_frames = int(np.ceil(ring_s * 1000 / FRAME_MS))
+        self.rings = {r: RateRing(r, max_legs, self.ring_frames) for r in sorted(set(rates))}
+        self.units = np.zeros((max_legs, self.ring_frames * UNITS_PER_FRAME), np.uint8)
+        self.tick = 0  # frames pushed so far (the bank's clock)
+        self._gate = np.float32(32768.0**2 * 10 ** (speech_gate_db / 10))  # int16 power
+        self._legs: dict[int, _Leg] = {}  # stream id -> leg
+        self._free_rows = list(range(max_legs - 1, -1, -1))
+        self._active = np.zeros(max_legs, bool)
+        self._ids_cache: npt.NDArray[np.int32] | None = None
+        self._rows_cache = np.zeros(0, np.intp)
+        self._flags = _flag_constants()
+        self._bits = (1 << np.arange(UNITS_PER_FRAME, dtype=np.uint8)).astype(np.uint8)
+
+    # ---- legs -----------------------------------------------------------------------
+
+    def add_leg(self, stream_id: int, info: LegInfo) -> int:
+        if stream_id in self._legs:
+            raise ValueError(f"stream {stream_id} is already registered")
+        if not self._free_rows:
+            raise OverflowError(f"frame bank full ({self.max_legs} legs)")
+        row = self._free_rows.pop()
+        self._legs[stream_id] = _Leg(info, row, self.tick)
+        self._active[row] = True
+        self.units[row] = NOT_STARTED
+        for ring in self.rings.values():
+            ring.audio[row] = 0.0
+            ring.resampler.reset([row])
+        self._ids_cache = None
+        return row
+
+    def remove_leg(self, stream_id: int) -> None:
+        leg = self._legs.pop(stream_id, None)
+        if leg is not None:
+            self._active[leg.row] = False
+            self._free_rows.append(leg.row)
+            self._ids_cache = None
+
+    def set_role(self, stream_id: int, role: LegRole) -> None:
+        leg = self._legs[stream_id]
+        leg.info = LegInfo(leg.info.call_id, leg.info.leg_id, role, leg.info.codec)
+
+    def update_leg_stats(self, stream_id: int, late_total: int, jitter_ms: float) -> None:
+        """Cumulative late packets and current jitter (from the ingest's stream stats)."""
+        leg = self._legs.get(stream_id)
+        if leg is not None:
+            leg.late_total, leg.jitter_ms = late_total, jitter_ms
+
+    def legs(self) -> dict[int, LegInfo]:
+        return {sid: leg.info for sid, leg in self._legs.items()}
+
+    def leg_samples(self, stream_id: int, rate: int) -> int:
+        """Samples of this leg pushed so far, at ``rate``."""
+        return (self.tick - self._legs[stream_id].first_tick) * rate * FRAME_MS // 1000
+
+    # ---- the per-tick write ---------------------------------------------------------
+
+    def push(
+        self,
+        ids: npt.NDArray[np.int32],
+        pcm: npt.NDArray[np.int16],
+        infos: npt.NDArray[np.void],
+    ) -> None:
+        """Write one 20 ms frame of every leg in ``ids`` (unregistered ids are ignored;
+        registered legs absent from ``ids`` are written as missing)."""
+        if self._ids_cache is None or not np.array_equal(ids, self._ids_cache):
+            self._ids_cache = ids.copy()
+            self._rows_cache = np.array(
+                [self._legs[int(i)].row if int(i) in self._legs else -1 for i in ids], np.intp
+            )
+        rows = self._rows_cache
+        keep = rows >= 0
+        col = self.tick % self.ring_frames
+        ucol = col * UNITS_PER_FRAME
+        self.units[self._active, ucol : ucol + UNITS_PER_FRAME] = MISSING
+        for ring in self.rings.values():
+            ring.audio[self._active, col * ring.spf : (col + 1) * ring.spf] = 0.0
+        if keep.any():
+            if not keep.all():
+                rows, pcm, infos = rows[keep], pcm[keep], infos[keep]
+            self._write(rows, pcm[:, : IN_RATE * FRAME_MS // 1000], infos, col)
+        self.tick += 1
+
+    def _write(
+        self,
+        rows: npt.NDArray[np.intp],
+        pcm: npt.NDArray[np.int16],
+        infos: npt.NDArray[np.void],
+        col: int,
+    ) -> None:
+        f_not_started, _f_normal, _f_concealed, f_cng, f_paused = self._flags
+        flag = infos["flag"]
+        real = (infos["real_mask"][:, None] & self._bits[None, :]) != 0  # [n, 8]
+        code = np.full(real.shape, CONCEALED, np.uint8)
+        code[flag == f_cng] = CNG
+        code[flag == f_not_started] = NOT_STARTED
+        paused = flag == f_paused
+        code[paused] = PAUSED
+        code[real & ~paused[:, None]] = REAL
+        x = pcm.astype(np.float32)
+        if paused.any():
+            x[paused] = 0.0  # DESIGN §2: paused audio never reaches a detector
+        power = np.mean((x.reshape(len(rows), UNITS_PER_FRAME, -1)) ** 2, axis=2)
+        code[(code == REAL) & (power > self._gate)] |= SPEECH_BIT
+        ucol = col * UNITS_PER_FRAME
+        self.units[rows, ucol : ucol + UNITS_PER_FRAME] = code
+        x *= np.float32(1.0 / 32768.0)
+        for ring in self.rings.values():
+            ring.audio[rows, col * ring.spf : (col + 1) * ring.spf] = ring.resampler.process(
+                rows, x
+            )
+
+    # ---- windows --------------------------------------------------------------------
+
+    def plan(self, spec: DetectorSpec) -> WindowPlan:
+        if spec.sample_rate not in self.rings:
+            raise ValueError(f"{spec.name}: the bank has no ring at {spec.sample_rate} Hz")
+        ring = self.rings[spec.sample_rate]
+        max_window_frames = -(-spec.window // ring.spf)
+        if max_window_frames + 2 > self.ring_frames:
+            raise ValueError(
+                f"{spec.name}: window longer than the ring ({self.ring_frames} frames)"
+            )
+        return WindowPlan(self, spec, ring)
+
+    def fresh(self, job: WindowJob, margin_frames: int = 2) -> bool:
+        """Whether the ring still holds the job's audio (not yet overwritten)."""
+        if job.ring is None:
+            return True
+        age_frames = self.tick - job.tick
+        window_frames = -(-job.length // job.ring.spf)
+        return age_frames + window_frames + margin_frames < self.ring_frames
+
+    def _quality(
+        self, leg: _Leg, start_unit: int, n_units: int, mark: str
+    ) -> tuple[WindowQuality, int]:
+        """The window's quality and its count of paused units."""
+        total = self.units.shape[1]
+        start = start_unit % total
+        seg = self.units[leg.row, start : start + n_units]
+        if seg.shape[0] < n_units:
+            seg = np.concatenate([seg, self.units[leg.row, : n_units - seg.shape[0]]])
+        counts = np.bincount(seg & 0x0F, minlength=6)
+        speech_units = int(np.count_nonzero(seg & SPEECH_BIT))
+        late = leg.late_total - leg.late_marks.get(mark, 0)
+        leg.late_marks[mark] = leg.late_total
+        return WindowQuality(
+            concealed_ratio=float(counts[CONCEALED] + counts[MISSING]) / n_units,
+            cng_ratio=float(counts[CNG]) / n_units,
+            missing_ratio=float(counts[MISSING]) / n_units,
+            net_speech_s=speech_units * FRAME_MS / UNITS_PER_FRAME / 1000,
+            late_packets=max(0, late),
+            jitter_ms=leg.jitter_ms,
+        ), int(counts[PAUSED])
+
+
+class WindowPlan:
+    """Where each leg's next window (for one detector) ends; see FrameBank.plan."""
+
+    def __init__(self, bank: FrameBank, spec: DetectorSpec, ring: RateRing) -> None:
+        self.bank, self.spec, self.ring = bank, spec, ring
+        self._next_end: dict[int, int] = {}  # stream id -> leg-relative end sample
+        self._unit_samples = spec.sample_rate * FRAME_MS // 1000 // UNITS_PER_FRAME
+
+    def collect(self, now: float) -> list[WindowJob]:
+        """Windows completed by the frames pushed so far (each leg, oldest first)."""
+        spec, bank, ring = self.spec, self.bank, self.ring
+        jobs: list[WindowJob] = []
+        for sid, leg in bank._legs.items():
+            role = leg.info.role
+            if role not in spec.roles and role is LegRole.INTERNAL:
+                continue  # the agent's leg is never analysed for voice (DESIGN §2)
+            written = (bank.tick - leg.first_tick) * ring.spf
+            end = self._next_end.get(sid, spec.window)
+            while end <= written:
+                jobs.append(self._job(sid, leg, end, written, now))
+                end += spec.hop
+            self._next_end[sid] = end
+        for sid in [s for s in self._next_end if s not in bank._legs]:
+            del self._next_end[sid]
+        return jobs
+
+    def _job(self, sid: int, leg: _Leg, end: int, written: int, now: float) -> WindowJob:
+        spec, bank, ring = self.spec, self.bank, self.ring
+        start = end - spec.window
+        us = self._unit_samples
+        first_unit = leg.first_tick * UNITS_PER_FRAME + start // us
+        n_units = -(-end // us) - start // us
+        quality, paused_units = bank._quality(leg, first_unit, n_units, spec.name)
+        key = WindowKey(
+            leg.info.call_id,
+            leg.info.leg_id,
+            leg.info.role,
+            start / spec.sample_rate,
+            end / spec.sample_rate,
+        )
+        abstained: Abstention | None = None
+        if leg.info.role not in spec.roles:
+            abstained = Abstention.LEG_UNKNOWN
+        elif paused_units:
+            abstained = Abstention.PAUSED
+        elif quality.concealed_ratio > spec.max_concealed_ratio:
+            abstained = Abstention.TOO_MUCH_CONCEALED
+        elif quality.net_speech_s < spec.min_net_speech_s:
+            abstained = Abstention.TOO_LITTLE_SPEECH
+        if abstained is not None:
+            return WindowJob(spec.name, key, quality, abstained, now, tick=bank.tick)
+        ring_start = leg.first_tick * ring.spf + start
+        tick_of_end = bank.tick - (written - end) // ring.spf
+        return WindowJob(
+            spec.name, key, quality, None, now, ring, leg.row, ring_start, spec.window, tick_of_end
+        )
+
+
+def frames_from_pcm(pcm: npt.NDArray[np.int16], flag: int | None = None) -> npt.NDArray[np.void]:
+    """Frame infos for ``pcm`` [n, 160], all received NORMAL unless ``flag`` (tests, tools)."""
+    infos = np.zeros(pcm.shape[0], FRAME_INFO_DTYPE)
+    infos["flag"] = _flag_constants()[1] if flag is None else flag
+    infos["real_mask"] = 0xFF
+    infos["samples"] = pcm.shape[1]
+    return infos
