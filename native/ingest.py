@@ -96,7 +96,7 @@ class Ingest:
         max_batches: int = 4,
         max_datagram: int = 2048,
         coalesce_us: int = 0,
-        coalesce_min: int = 8,
+        coalesce_min: int = 16,
         max_sockets: int = 16,
         cpu: int | None = None,
         max_frame_samples: int = 960,

@@ -21,7 +21,7 @@ _Static_assert(sizeof(cs_ingest_counters) % 8 == 0, "counters are uint64 words")
 _Static_assert(sizeof(cs_socket_counters) % 8 == 0, "counters are uint64 words");
 _Static_assert(sizeof(cs_ingest_latency) % 8 == 0, "histogram is uint64 words");
 
-enum { DEFAULT_COALESCE_MIN = 8 };
+enum { DEFAULT_COALESCE_MIN = 16 };
 static const int64_t RATE_WINDOW_NS = 20 * 1000 * 1000;
 
 void cs_ingest_default_config(cs_ingest_config *cfg) {
