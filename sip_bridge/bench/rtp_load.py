@@ -1,8 +1,11 @@
 """Paced RTP load generator for ``callshield bench ingest``, run in its own process.
 
 ``python -m sip_bridge.bench.rtp_load`` reads one JSON job from stdin (dests, pps,
-seconds, payload_bytes), prints ``ready``, waits for a ``go`` line, sends, and prints
-its LoadResult as one JSON line.
+seconds, payload_bytes, optional cpu), binds one UDP socket per stream (so every leg has
+its own source port, as real peers do, whether the destinations are one port per leg or
+one shared port), prints ``{"ready": [[host, port], ...]}`` (each stream's source
+address), waits for a ``go`` line, sends, and prints its LoadResult as one JSON line.
+With ``cpu`` the sender pins itself to that CPU.
 
 Python has no ``sendmmsg``, so this is a plain ``socket.sendto`` loop, paced in 1 ms
 slots: every stream sends one G.711 packet per ptime, at a phase spread evenly over the
@@ -43,12 +46,11 @@ class LoadResult:
 def send_load(
     dests: list[tuple[str, int]], pps: int, seconds: float, payload_bytes: int
 ) -> LoadResult:
-    """Print ``ready``, wait for ``go`` on stdin, send for `seconds`."""
+    """Bind a socket per stream, print the sources, wait for ``go``, send for `seconds`."""
     n = len(dests)
     period_ns = int(n * 1e9 / pps)  # one packet per stream per period (the ptime)
     samples = payload_bytes  # G.711: one byte per 8 kHz sample
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    socks = [_bound(host) for host, _ in dests]
     # stream i sends at phase i * period / n within each period
     phase = [i * period_ns // n for i in range(n)]
     seq = [0] * n
@@ -56,7 +58,8 @@ def send_load(
     buf = bytearray(_HEADER.size + payload_bytes - 8)
     buf[_HEADER.size :] = b"\xff" * (len(buf) - _HEADER.size)
     errors = late = 0
-    print("ready", flush=True)
+    sources = [list(sk.getsockname()[:2]) for sk in socks]
+    print(json.dumps({"ready": sources}), flush=True)
     if sys.stdin.readline().strip() != "go":
         raise SystemExit("rtp_load: expected 'go'")
     t0 = time.monotonic_ns() + 2 * SLOT_NS
@@ -88,7 +91,7 @@ def send_load(
                 time.monotonic_ns(),
             )
             try:
-                sock.sendto(buf, dests[i])
+                socks[i].sendto(buf, dests[i])
                 sent[i] += 1
             except OSError:
                 errors += 1
@@ -106,12 +109,21 @@ def send_load(
         (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system),
         late,
     )
-    sock.close()
+    for sk in socks:
+        sk.close()
     return result
+
+
+def _bound(host: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((host, 0))
+    return sock
 
 
 def main() -> int:
     job = json.loads(sys.stdin.readline())
+    if job.get("cpu") is not None:
+        os.sched_setaffinity(0, {int(job["cpu"])})
     dests = [(str(h), int(p)) for h, p in job["dests"]]
     result = send_load(dests, int(job["pps"]), float(job["seconds"]), int(job["payload_bytes"]))
     print(json.dumps(asdict(result)), flush=True)

@@ -1,0 +1,353 @@
+"""The receivers ``callshield bench ingest`` compares, behind one small interface.
+
+native (``native.ingest.Ingest``, a C thread: kernel timestamps, RTP parse, source lock,
+jitter-buffer insert; the main thread pulls every leg every 20 ms):
+  - per-leg sockets: one UDP socket per leg (``add_stream``);
+  - shared: one UDP socket for every leg (``add_socket`` + ``add_stream_shared``), legs
+    told apart in C by the sender's source address (given to the leg, as from SDP);
+  each with or without paced wakeups (``coalesce_us``).
+asyncio (the baseline: one ``DatagramProtocol``, RTP header parsed with ``struct``,
+appended to a per-leg deque that the loop drains every 20 ms):
+  - per-leg sockets: one protocol per socket;
+  - shared: one protocol on one socket, legs told apart by a dict keyed by source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import os
+import socket
+import struct
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sip_bridge.bench.report import summarize
+
+if TYPE_CHECKING:
+    from native.ingest_types import LegOptions
+
+__all__ = ["DRAIN_S", "AsyncioReceiver", "NativeReceiver", "Pinning", "Receiver", "Window"]
+
+_RTP = struct.Struct("!BBHII")
+_SENT_AT = struct.Struct("!q")
+DRAIN_S = 0.3  # after the sender stops, time for queues to empty before reading counters
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Pinning:
+    """CPUs for the receive side: the receiving thread, and the rest of the process."""
+
+    receiver_cpu: int
+    other_cpus: frozenset[int]
+
+
+class Receiver:
+    """What the harness needs from a receiver: ports, a run loop, counters, its numbers."""
+
+    def addresses(self) -> list[Address]:
+        """Where stream i's packets go (the same port for every stream when shared)."""
+        raise NotImplementedError
+
+    def attach(self, sources: list[Address]) -> None:
+        """Stream i's packets come from sources[i] (known before the sender starts)."""
+
+    def run_until(self, done: Callable[[], bool], window: Window) -> None:
+        """Receive until done(), then DRAIN_S longer; call window.tick(self) every 20 ms."""
+        raise NotImplementedError
+
+    def received(self) -> list[int]:
+        """Datagrams received so far, per stream."""
+        raise NotImplementedError
+
+    def received_total(self) -> int:
+        """Datagrams received so far (cheap: read at the window's edges)."""
+        return sum(self.received())
+
+    def cpu_ns(self) -> int:
+        """CPU time of the receiving code so far."""
+        raise NotImplementedError
+
+    def report(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Window:
+    """The steady-state window: snapshots at mark_at (after warm-up) and at the end."""
+
+    def __init__(self, mark_at: float) -> None:
+        self.mark_at = mark_at
+        self.start: tuple[float, int, int, int] | None = None
+
+    @staticmethod
+    def _snap(rx: Receiver) -> tuple[float, int, int, int]:
+        packets = rx.received_total()
+        return time.monotonic(), rx.cpu_ns(), time.process_time_ns(), packets
+
+    def tick(self, rx: Receiver) -> None:
+        if self.start is None and time.monotonic() >= self.mark_at:
+            self.start = self._snap(rx)
+
+    def finish(self, rx: Receiver) -> dict[str, Any]:
+        end = self._snap(rx)
+        start = self.start or end
+        wall = end[0] - start[0]
+        packets = end[3] - start[3]
+        return {
+            "window_s": wall,
+            "window_packets": packets,
+            "cpu_us_per_packet": (end[1] - start[1]) / 1e3 / max(packets, 1),
+            "cpu_share": (end[1] - start[1]) / 1e9 / max(wall, 1e-9),
+            "process_cpu_us_per_packet": (end[2] - start[2]) / 1e3 / max(packets, 1),
+            "process_cpu_share": (end[2] - start[2]) / 1e9 / max(wall, 1e-9),
+        }
+
+
+def _bind(rcvbuf: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, 33, rcvbuf)  # SO_RCVBUFFORCE (CAP_NET_ADMIN)
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+class _Affinity:
+    """Pins the calling (main) thread, and puts back what it had."""
+
+    def __init__(self) -> None:
+        self.saved: set[int] | None = None
+
+    def pin(self, cpus: set[int] | frozenset[int]) -> None:
+        if self.saved is None:
+            self.saved = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, cpus)
+
+    def restore(self) -> None:
+        if self.saved is not None:
+            os.sched_setaffinity(0, self.saved)
+            self.saved = None
+
+
+# ---- native ------------------------------------------------------------------------------
+
+
+class NativeReceiver(Receiver):
+    def __init__(
+        self, streams: int, *, shared: bool, batch: int, coalesce_us: int, pin: Pinning | None
+    ) -> None:
+        from native.ingest import Ingest
+
+        self.streams, self.shared, self.coalesce_us, self.pin = streams, shared, coalesce_us, pin
+        self.ing = Ingest(
+            streams,
+            batch=batch,
+            coalesce_us=coalesce_us,
+            max_sockets=1,
+            cpu=pin.receiver_cpu if pin else None,
+        )
+        self.leg: LegOptions = {"min_delay_ms": 40, "max_delay_ms": 200}
+        self.ids: list[int] = []
+        if shared:
+            self.socket_id = self.ing.add_socket(0)
+        else:
+            self.ids = [self.ing.add_stream(0, **self.leg) for _ in range(streams)]
+        self.pull_cpu_ns = 0
+        self.pulls = 0
+        self.affinity = _Affinity()
+
+    def addresses(self) -> list[Address]:
+        if self.shared:
+            return [self.ing.socket_address(self.socket_id)] * self.streams
+        return [self.ing.local_address(i) for i in self.ids]
+
+    def attach(self, sources: list[Address]) -> None:
+        if self.shared:
+            self.ids = [
+                self.ing.add_stream_shared(self.socket_id, expected_source=src, **self.leg)
+                for src in sources
+            ]
+        if self.pin:
+            self.affinity.pin(self.pin.other_cpus)  # the pull loop: off the receiver's CPU
+        self.ing.start()
+        self.counters0 = self.ing.counters()
+
+    def run_until(self, done: Callable[[], bool], window: Window) -> None:
+        tick = time.monotonic_ns()
+        stop_at: float | None = None
+        while stop_at is None or time.monotonic() < stop_at:
+            tick += 20_000_000
+            delay = tick - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay / 1e9)
+            c0 = time.thread_time_ns()
+            self.ing.pull_all(time.monotonic_ns())
+            self.pull_cpu_ns += time.thread_time_ns() - c0
+            self.pulls += 1
+            window.tick(self)
+            if stop_at is None and done():
+                stop_at = time.monotonic() + DRAIN_S
+
+    def received(self) -> list[int]:
+        return [int(self.ing.stream_counters(i)["datagrams"]) for i in self.ids]
+
+    def received_total(self) -> int:
+        return int(self.ing.counters()["datagrams"])
+
+    def cpu_ns(self) -> int:
+        return self.ing.thread_cpu_ns()
+
+    def report(self) -> dict[str, Any]:
+        c, c0 = self.ing.counters(), self.counters0
+        delta = {k: c[k] - c0[k] for k in c if isinstance(c[k], int)}
+        wakeups, calls = delta["wakeups"], delta["recvmmsg_calls"]
+        mode = "one shared socket" if self.shared else "one socket per leg"
+        return {
+            "receiver": f"native: C thread, {mode}, epoll + recvmmsg, parse + source lock + "
+            f"jb insert, coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
+            "wakeups": wakeups,
+            "recvmmsg_calls": calls,
+            "datagrams_per_wakeup": delta["datagrams"] / max(1, wakeups),
+            "datagrams_per_recvmmsg": delta["datagrams"] / max(1, calls),
+            "paced_sleeps": delta["paced_sleeps"],
+            "unmatched": delta["unmatched"],
+            "pull_cpu_us_per_stream_frame": self.pull_cpu_ns
+            / 1e3
+            / max(1, self.pulls * len(self.ids)),
+            "latency": _histogram_summary(
+                self.ing.latency(), "kernel SO_TIMESTAMPNS -> end of the inserting batch"
+            ),
+            "processing": _histogram_summary(
+                self.ing.processing(), "recvmmsg returned -> end of the inserting batch"
+            ),
+        }
+
+    def close(self) -> None:
+        self.ing.close()
+        self.affinity.restore()
+
+
+def _histogram_summary(h: Any, definition: str) -> dict[str, Any]:
+    """p50/p90/p99/p99.9 (bucket upper edges: 1 µs below 1 ms, then powers of two) in µs."""
+    out: dict[str, Any] = {"definition": definition, "unit": "us", "n": h.count}
+    out["mean"] = h.sum_ns / max(h.count, 1) / 1e3
+    for q, key in ((50, "p50"), (90, "p90"), (99, "p99"), (99.9, "p99.9")):
+        out[key] = h.percentile_ns(q) / 1e3
+    out["max"] = h.max_ns / 1e3
+    out["negative"] = h.negative
+    return out
+
+
+# ---- asyncio baseline ------------------------------------------------------------------
+
+
+class _Proto(asyncio.DatagramProtocol):
+    """Parse the RTP header in Python, append to the leg's deque (per-leg socket: the
+    protocol's own leg; shared socket: the leg its source address names)."""
+
+    def __init__(self, rx: AsyncioReceiver, index: int | None) -> None:
+        self.rx, self.index = rx, index
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        now = time.monotonic_ns()
+        index = self.index
+        if index is None:
+            index = self.rx.leg_of.get(addr)
+            if index is None:
+                self.rx.unmatched += 1
+                return
+        if len(data) < 20:
+            return
+        first, _pt, seq, ts, _ssrc = _RTP.unpack_from(data)
+        if first >> 6 != 2:
+            return
+        self.rx.queues[index].append((seq, ts, data[12:], now))
+        self.rx.counts[index] += 1
+        self.rx.latency.append(now - _SENT_AT.unpack_from(data, 12)[0])
+
+
+class AsyncioReceiver(Receiver):
+    def __init__(self, streams: int, *, shared: bool, pin: Pinning | None) -> None:
+        self.shared, self.pin = shared, pin
+        self.socks = [_bind(4 << 20) for _ in range(1 if shared else streams)]
+        self.streams = streams
+        self.counts = [0] * streams
+        self.queues: list[collections.deque[tuple[int, int, bytes, int]]] = [
+            collections.deque() for _ in range(streams)
+        ]
+        self.leg_of: dict[tuple[str, int], int] = {}
+        self.unmatched = 0
+        self.latency = array("q")
+        self.affinity = _Affinity()
+
+    def addresses(self) -> list[Address]:
+        if self.shared:
+            return [self.socks[0].getsockname()[:2]] * self.streams
+        return [s.getsockname()[:2] for s in self.socks]
+
+    def attach(self, sources: list[Address]) -> None:
+        self.leg_of = {(str(h), int(p)): i for i, (h, p) in enumerate(sources)}
+        if self.pin:
+            self.affinity.pin({self.pin.receiver_cpu})  # the event loop is the receiver
+
+    def run_until(self, done: Callable[[], bool], window: Window) -> None:
+        asyncio.run(self._main(done, window))
+
+    async def _main(self, done: Callable[[], bool], window: Window) -> None:
+        loop = asyncio.get_running_loop()
+        transports = []
+        for i, s in enumerate(self.socks):
+            proto = _Proto(self, None if self.shared else i)
+            transport, _ = await loop.create_datagram_endpoint(
+                functools.partial(_same, proto), sock=s
+            )
+            transports.append(transport)
+        stop_at: float | None = None
+        while stop_at is None or loop.time() < stop_at:
+            await asyncio.sleep(0.02)
+            for queue in self.queues:  # the consumer side: take what arrived
+                queue.clear()
+            window.tick(self)
+            if stop_at is None and done():
+                stop_at = loop.time() + DRAIN_S
+        for t in transports:
+            t.close()
+
+    def received(self) -> list[int]:
+        return list(self.counts)
+
+    def cpu_ns(self) -> int:
+        return time.process_time_ns()
+
+    def report(self) -> dict[str, Any]:
+        lat = np.frombuffer(self.latency, dtype=np.int64) / 1e3
+        latency = summarize(lat, unit="us")
+        latency["definition"] = "sender send time (payload) -> DatagramProtocol append"
+        mode = "one shared socket, legs by source address" if self.shared else "per socket"
+        return {
+            "receiver": f"asyncio: DatagramProtocol {mode}, struct parse, deque append; "
+            "CPU = the process's clock",
+            "unmatched": self.unmatched,
+            "latency": latency,
+        }
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+        self.affinity.restore()
+
+
+def _same(proto: _Proto) -> _Proto:
+    return proto

@@ -1,0 +1,71 @@
+"""``callshield bench ingest`` at a small load: every receiver runs, counts every packet
+the sender sent, and the report names its comparisons. No timing assertions (DESIGN.md
+§10): CPU and latency figures are only checked for presence."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import pytest
+
+from sip_bridge.bench import ingest
+
+NATIVE = ("native_per_leg", "native_shared", "native_per_leg_paced", "native_shared_paced")
+
+
+def _args(**over: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    ingest.add_arguments(parser)
+    args = parser.parse_args(
+        ["--pps", "1000", "--streams", "20", "--seconds", "0.4", "--warmup", "0.2"]
+    )
+    for key, value in over.items():
+        setattr(args, key, value)
+    return args
+
+
+@pytest.fixture(scope="module")
+def result() -> dict[str, Any]:
+    return ingest.run(_args())
+
+
+def test_every_receiver_gets_every_packet(result: dict[str, Any]) -> None:
+    (run,) = result["runs"]
+    assert (run["offered_pps"], run["streams"], run["ptime_ms"]) == (1000, 20, 20.0)
+    for name in ingest.RECEIVERS:
+        r = run[name]
+        assert r["sent"] > 0
+        assert r["received"] == r["sent"], name
+        assert r["app_loss"] == 0
+        assert r["unmatched"] == 0
+        assert r["cpu_us_per_packet"] > 0
+    for name in NATIVE:
+        r = run[name]
+        assert r["latency"]["n"] == r["received"] - 20  # one probation packet per leg
+        assert r["datagrams_per_recvmmsg"] >= 1.0
+    # a per-leg socket never holds more than a datagram or two; the shared one can
+    assert run["native_per_leg"]["recvmmsg_calls"] >= run["native_shared"]["recvmmsg_calls"]
+
+
+def test_report_names_each_comparison(result: dict[str, Any]) -> None:
+    (run,) = result["runs"]
+    assert set(run["cpu_ratios"]) == {f"{b}/{n}" for b in ingest.BASELINES for n in NATIVE}
+    assert {row["receiver"] for row in result["table"]} == set(ingest.RECEIVERS)
+    row = next(r for r in result["table"] if r["receiver"] == "native_shared")
+    assert (
+        row["x_vs_asyncio_per_leg"]
+        == run["cpu_ratios"]["asyncio_per_leg/native_shared"]["receiver"]
+    )
+    assert result["goals"] == ingest.GOALS
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_pinned_run_restores_affinity() -> None:
+    before = os.sched_getaffinity(0)
+    out = ingest.run(_args(pin="on", receivers=["native_shared", "asyncio_shared"]))
+    (run,) = out["runs"]
+    assert run["pinned"]
+    assert run["native_shared"]["received"] == run["native_shared"]["sent"]
+    assert os.sched_getaffinity(0) == before
