@@ -20,6 +20,7 @@ set -euo pipefail
 # package per line so diffs stay readable.
 #   clang, libfuzzer-14-dev, libclang-rt-14-dev: libFuzzer and ASan/UBSan/LSan for native/
 #   sip-tester:   SIPp, a real SIP peer for the bridge's tests
+#   baresip-core: a second real SIP user agent (calls that play a WAV file)
 #   redis-server: the bus; tests start their own instance on 127.0.0.1
 #   sox, espeak-ng: real and synthetic speech fixtures
 APT_PACKAGES=(
@@ -27,6 +28,7 @@ APT_PACKAGES=(
     libfuzzer-14-dev
     libclang-rt-14-dev
     sip-tester
+    baresip-core
     redis-server
     sox
     espeak-ng

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 # subcommand -> module exposing add_parser(subparsers) and run(args) -> int
 _COMMANDS: dict[str, str] = {
     "bench": "sip_bridge.bench.cli",
+    "bridge": "sip_bridge.bridge",
     "demo": "sip_bridge.demo",
     "models": "detectors.models_cli",
     "schema": "bus.schema_export",
     "redis": "bus.redis_cli",
+    "webhooks": "bus.webhooks.cli",
 }
 
 

@@ -1,0 +1,144 @@
+"""``callshield bridge``: the media process. SIP/SIPREC calls are answered by the UAS,
+their RTP lands on native ingest streams (one per leg), a 20 ms playout clock pulls
+every leg in one batch call and hands the frames to a sink (detectors: issue 5), and
+call events go to a publisher (Redis: issue 7).
+
+SIGTERM/SIGINT drain: plain SIP INVITEs and OPTIONS get 503 + Retry-After, SIPREC is
+still answered (``unanalyzed:capacity``), live calls may finish until
+``drain_timeout_s``; then the remaining ones get a BYE (reason ``drained``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from native.ingest import Ingest
+from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
+from sip_bridge.media import FrameSink, MediaEngine, PortRange
+from sip_bridge.settings import Settings
+from sip_bridge.sinks import CountingSink
+from sip_bridge.sip.transport import SipServer
+from sip_bridge.sip.uas import SipUas, UasConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Bridge:
+    """Everything the media process wires together; ``serve`` runs it until stopped."""
+
+    settings: Settings
+    sink: FrameSink = field(default_factory=CountingSink)
+    publisher: CallPublisher = field(default_factory=MemoryPublisher)
+    ingest: Ingest = field(init=False)
+    media: MediaEngine = field(init=False)
+    controller: CallController = field(init=False)
+    uas: SipUas = field(init=False)
+    server: SipServer = field(init=False)
+    ready: asyncio.Event = field(init=False)
+    stop_requested: asyncio.Event = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        host, port = s.sip_address
+        low, high = s.rtp_range
+        self.ingest = Ingest(max_streams=s.max_streams)
+        ports = PortRange(low, high, quarantine_s=2 * s.rtp_timeout_s)
+        self.media = MediaEngine(
+            self.ingest,
+            ports,
+            self.sink,
+            host=s.rtp_host or host,
+            max_delay_ms=s.jitter_max_delay_ms,
+        )
+        self.controller = CallController(self.media, self.publisher)
+        config = UasConfig(
+            host=s.advertised_address or host,
+            port=port,
+            answer_delay=s.answer_delay_s,
+            retry_after=s.retry_after_s,
+            max_dialogs_per_source=s.max_dialogs_per_source,
+            reject_siprec_when_draining=s.reject_siprec_when_draining,
+            rtp_timeout=s.rtp_timeout_s,
+        )
+        self.uas = SipUas(self.controller, config)
+        self.server = SipServer(self.uas, host, port)
+        self.ready = asyncio.Event()
+        self.stop_requested = asyncio.Event()
+
+    async def serve(self) -> None:
+        self.ingest.start()
+        self.media.start()
+        await self.server.start()
+        if self.settings.sip_address[1] == 0:  # an ephemeral port: advertise the real one
+            self.uas.config = replace(self.uas.config, port=self.server.port)
+        log.info("bridge listening for SIP on UDP and TCP port %d", self.server.port)
+        self.ready.set()
+        try:
+            await self.stop_requested.wait()
+            await self._drain()
+        finally:
+            await self.server.close()
+            self.media.stop()
+            self.ingest.close()
+
+    def request_stop(self) -> None:
+        """Begin draining (what SIGTERM does); thread-unsafe: call on the loop."""
+        self.controller.draining = True
+        self.stop_requested.set()
+
+    async def _drain(self) -> None:
+        self.controller.draining = True
+        deadline = time.monotonic() + self.settings.drain_timeout_s
+        log.info("draining: %d live calls", len(self.controller.calls))
+        while self.controller.calls and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.controller.calls:
+            self.server.send(self.uas.hangup_all("drained", time.monotonic()))
+            grace = time.monotonic() + 2.0  # let BYE retransmissions get answered
+            while len(self.uas.clients) and time.monotonic() < grace:
+                await asyncio.sleep(0.05)
+
+
+def add_parser(sub: Any, name: str) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help="accept SIP/SIPREC calls and feed their RTP to the media core"
+    )
+    parser.add_argument("--config", type=Path, help="TOML settings file ([bridge] table)")
+    parser.add_argument("--sip-listen", help="host:port for SIP over UDP and TCP")
+    parser.add_argument("--rtp-ports", help="RTP port range, e.g. 20000-20999")
+    parser.add_argument("--advertised-address", help="address put in SDP and Contact")
+    parser.add_argument("--rtp-timeout", type=float, dest="rtp_timeout_s")
+    parser.add_argument("--drain-timeout", type=float, dest="drain_timeout_s")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = Settings.load(
+        args.config,
+        sip_listen=args.sip_listen,
+        rtp_ports=args.rtp_ports,
+        advertised_address=args.advertised_address,
+        rtp_timeout_s=args.rtp_timeout_s,
+        drain_timeout_s=args.drain_timeout_s,
+    )
+    bridge = Bridge(settings)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(bridge.serve())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, bridge.request_stop)
+        await task
+
+    asyncio.run(main())
+    return 0

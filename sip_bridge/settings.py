@@ -1,0 +1,91 @@
+"""Settings of the media process (``callshield bridge``): one pydantic-settings class.
+
+Precedence: command-line flags, then environment (``CALLSHIELD_SIP_LISTEN``,
+``CALLSHIELD_RTP_PORTS``, ...), then a TOML config file (``--config``; its top level or
+its ``[bridge]`` table), then the defaults. Nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def split_host_port(text: str, default_port: int) -> tuple[str, int]:
+    """``127.0.0.1:5060``, ``[::1]:5060``, ``0.0.0.0`` -> (host, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.lstrip(":")
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, ""
+    if port and not port.isdigit():
+        raise ValueError(f"bad port in {text!r}")
+    return host, int(port) if port else default_port
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CALLSHIELD_", extra="ignore")
+
+    sip_listen: str = "127.0.0.1:5060"
+    rtp_ports: str = "20000-20999"
+    rtp_host: str | None = None  # where RTP sockets bind (default: the SIP host)
+    advertised_address: str | None = None  # in SDP and Contact (default: the SIP host)
+    rtp_timeout_s: float = 30.0
+    answer_delay_s: float = 0.0
+    drain_timeout_s: float = 600.0
+    retry_after_s: int = 30
+    max_dialogs_per_source: int = 1000
+    reject_siprec_when_draining: bool = False
+    max_streams: int = 2048
+    jitter_max_delay_ms: int = 300
+
+    @field_validator("sip_listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        split_host_port(value, 5060)
+        return value
+
+    @field_validator("rtp_ports")
+    @classmethod
+    def _ports(cls, value: str) -> str:
+        cls.port_range(value)
+        return value
+
+    @staticmethod
+    def port_range(value: str) -> tuple[int, int]:
+        low, sep, high = value.partition("-")
+        if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+            raise ValueError(f"RTP ports must look like 20000-20999, got {value!r}")
+        lo, hi = int(low), int(high)
+        if not 0 < lo < hi < 65536:
+            raise ValueError(f"bad RTP port range {value!r}")
+        return lo, hi
+
+    @property
+    def sip_address(self) -> tuple[str, int]:
+        return split_host_port(self.sip_listen, 5060)
+
+    @property
+    def rtp_range(self) -> tuple[int, int]:
+        return self.port_range(self.rtp_ports)
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
+        """Defaults < config file < environment < overrides (None values ignored)."""
+        file_values: dict[str, Any] = {}
+        if config_file is not None:
+            with config_file.open("rb") as f:
+                data = tomllib.load(f)
+            table = data.get("bridge", data)
+            file_values = {str(k).replace("-", "_"): v for k, v in table.items()}
+        from_env = cls()
+        env_values = {k: getattr(from_env, k) for k in from_env.model_fields_set}
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return cls.model_validate({**file_values, **env_values, **given})
