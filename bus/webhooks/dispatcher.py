@@ -1,0 +1,262 @@
+"""The webhook dispatcher (``callshield webhooks run``): alerts in through a consumer
+group, deliveries out per Standard Webhooks (DESIGN.md §6).
+
+Intake: ``XREADGROUP`` on the alert stream; each alert becomes one delivery per
+matching enabled endpoint (``bus.webhooks.queue``, idempotent), and only then is the
+entry ``XACK``ed. A dispatcher that dies between the two leaves the entry pending;
+``XAUTOCLAIM`` (by any dispatcher, after ``webhook_claim_idle_ms``) takes it over and the
+enqueue is a no-op for what was already queued.
+
+Delivery: queue heads whose time has come are claimed with a lease and tried; a
+success pops the head (per-call order), a failure schedules the next try on the
+real-time then the durable lane (``bus.webhooks.schedule``), 410 disables the endpoint
+(its queues are parked, nothing is dropped), exhaustion moves the event to the
+dead-letter set, from where it can be replayed. Every attempt goes to the log stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import redis.asyncio
+from cryptography.fernet import Fernet
+
+from bus.codec import decode_alert
+from bus.keys import Keys
+from bus.settings import BusSettings
+from bus.webhooks.payload import envelope_json, event_type, matches
+from bus.webhooks.queue import Delivery, DeliveryQueue
+from bus.webhooks.schedule import Clock, RetryPolicy, SystemClock
+from bus.webhooks.sender import Sender
+from bus.webhooks.store import Endpoint
+from detectors.alert_schema import Alert, event_id
+
+log = logging.getLogger(__name__)
+
+Entries = list[tuple[bytes, dict[bytes, bytes]]]
+
+
+def call_key(alert: Alert) -> str:
+    """Ordering scope: the correlation id (one risk history per call) or the call id."""
+    return alert.correlation_id or alert.call_id
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        settings: BusSettings,
+        key: Fernet,
+        clock: Clock | None = None,
+        policy: RetryPolicy | None = None,
+        consumer: str | None = None,
+    ) -> None:
+        self._c = client
+        self._s = settings
+        self._k = Keys(settings.key_prefix)
+        self._clock = clock or SystemClock()
+        self._policy = policy or RetryPolicy(
+            realtime_timeout_s=settings.webhook_realtime_timeout_s,
+            durable_timeout_s=settings.webhook_durable_timeout_s,
+        )
+        self.consumer = consumer or settings.webhook_consumer or settings.node_id
+        self.queue = DeliveryQueue(client, self._k)
+        self.sender = Sender(key, settings.webhook_allow_private_targets)
+        self._sem = asyncio.Semaphore(settings.webhook_concurrency)
+        self._wake = asyncio.Event()
+        self._last_claim = 0.0
+        self.stats: dict[str, int] = {
+            "intake": 0,
+            "enqueued": 0,
+            "reclaimed": 0,
+            "bad_entries": 0,
+            "attempts": 0,
+            "delivered": 0,
+            "dead": 0,
+            "disabled": 0,
+        }
+
+    # --- intake -----------------------------------------------------------------------
+    async def setup(self) -> None:
+        try:
+            await self._c.xgroup_create(
+                self._k.alerts, self._s.webhook_group, id="0", mkstream=True
+            )
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read_new(self, block_ms: int | None = None, count: int = 100) -> Entries:
+        got: Any = await self._c.xreadgroup(
+            self._s.webhook_group, self.consumer, {self._k.alerts: ">"}, count=count, block=block_ms
+        )
+        return list(got[0][1]) if got else []
+
+    async def reclaim(self) -> Entries:
+        """Entries another (crashed) consumer read but never acknowledged."""
+        out: Entries = []
+        start = "0-0"
+        while True:
+            reply: Any = await self._c.xautoclaim(
+                self._k.alerts,
+                self._s.webhook_group,
+                self.consumer,
+                self._s.webhook_claim_idle_ms,
+                start_id=start,
+                count=100,
+            )
+            start = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+            out += [(i, f) for i, f in reply[1] if f]  # deleted entries come back empty
+            if start == "0-0":
+                break
+        self.stats["reclaimed"] += len(out)
+        return out
+
+    async def process(self, entries: Entries, ack: bool = True) -> int:
+        """Queue a delivery per matching endpoint for each entry, then XACK them."""
+        if not entries:
+            return 0
+        endpoints = [e for e in await self.endpoints() if e.enabled]
+        now = self._clock.now()
+        queued = 0
+        for _entry_id, fields in entries:
+            try:
+                alert = decode_alert(fields)
+            except ValueError as exc:
+                self.stats["bad_entries"] += 1
+                log.warning("alert stream entry dropped: %s", exc)
+                continue
+            body = alert.model_dump_json()
+            for ep in endpoints:
+                if matches(event_type(alert), ep.event_types) and await self.queue.enqueue(
+                    ep.id, event_id(alert), call_key(alert), body, now
+                ):
+                    queued += 1
+        if ack:
+            await self._c.xack(self._k.alerts, self._s.webhook_group, *[i for i, _ in entries])
+        self.stats["intake"] += len(entries)
+        self.stats["enqueued"] += queued
+        if queued:
+            self._wake.set()
+        return queued
+
+    async def intake(self, block_ms: int | None = None) -> int:
+        n = 0
+        if time.monotonic() - self._last_claim >= self._s.webhook_claim_idle_ms / 2000:
+            self._last_claim = time.monotonic()
+            n += await self.process(await self.reclaim())
+        return n + await self.process(await self.read_new(block_ms))
+
+    # --- delivery ---------------------------------------------------------------------
+    async def endpoints(self) -> list[Endpoint]:
+        raw = await self._c.hgetall(self._k.wh_endpoints)
+        return [Endpoint.model_validate_json(v) for v in raw.values()]
+
+    async def deliver_due(self, limit: int = 256) -> int:
+        """Try every queue head that is due now; returns how many were tried."""
+        lease = self._policy.durable_timeout_s + 30.0
+        members = await self.queue.claim(self._clock.now(), lease, limit)
+        await asyncio.gather(*(self._deliver(m) for m in members))
+        return len(members)
+
+    async def _deliver(self, m: str) -> None:
+        async with self._sem:
+            d = await self.queue.head(m)
+            if d is None:
+                return
+            raw = await self._c.hget(self._k.wh_endpoints, d.endpoint_id)
+            if raw is None:
+                await self.queue.finish(d, self._clock.now(), "dead", reason="endpoint deleted")
+                self.stats["dead"] += 1
+                return
+            endpoint = Endpoint.model_validate_json(raw)
+            if not endpoint.enabled:
+                await self.queue.park(d)
+                return
+            await self._attempt(endpoint, d)
+
+    async def _attempt(self, endpoint: Endpoint, d: Delivery) -> None:
+        alert = Alert.model_validate_json(d.alert_json)
+        started = self._clock.now()
+        expired = alert.expires_at is not None and datetime.now(UTC) > alert.expires_at
+        stale = expired or started - d.created > self._s.webhook_stale_after_s
+        lane = self._policy.lane(d.attempts)
+        result = await self.sender.send(
+            endpoint, d.event_id, envelope_json(alert, stale), self._policy.timeout(d.attempts)
+        )
+        attempts = d.attempts + 1
+        self.stats["attempts"] += 1
+        now = self._clock.now()
+        await self.queue.log(
+            {
+                "endpoint": endpoint.id,
+                "event_id": d.event_id,
+                "attempt": attempts,
+                "lane": lane,
+                "status": result.status or 0,
+                "error": result.error[:300],
+                "stale": int(stale),
+                "elapsed_ms": round(result.elapsed_s * 1000, 3),
+                "at": now,
+            }
+        )
+        if result.ok:
+            await self.queue.finish(
+                d, now, "delivered", attempts=str(attempts), stale=str(int(stale))
+            )
+            self.stats["delivered"] += 1
+        elif result.status == 410:
+            await self._disable(endpoint, "410 Gone")
+            await self.queue.retry_at(d, now, attempts, result.error)
+            await self.queue.park(d)
+        else:
+            throttled = result.status in (429, 502, 503, 504)
+            delay = self._policy.delay_after(attempts, result.retry_after if throttled else None)
+            if delay is None:
+                await self.queue.finish(
+                    d, now, "dead", attempts=str(attempts), last_error=result.error[:300]
+                )
+                self.stats["dead"] += 1
+                log.warning("webhook %s to %s dead-lettered", d.event_id, endpoint.id)
+            else:
+                await self.queue.retry_at(d, now + delay, attempts, result.error)
+
+    async def _disable(self, endpoint: Endpoint, reason: str) -> None:
+        updated = endpoint.model_copy(update={"enabled": False, "disabled_reason": reason})
+        await self._c.hset(self._k.wh_endpoints, endpoint.id, updated.model_dump_json())
+        self.stats["disabled"] += 1
+        log.warning("webhook endpoint %s disabled: %s", endpoint.id, reason)
+
+    # --- the process ----------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.setup()
+        intake = asyncio.create_task(self._intake_loop(stop))
+        try:
+            while not stop.is_set():
+                await self.deliver_due()
+                next_due = await self.queue.next_due()
+                wait = 0.5 if next_due is None else next_due - self._clock.now()
+                self._wake.clear()
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=min(wait, 0.5))
+        finally:
+            intake.cancel()
+            await asyncio.gather(intake, return_exceptions=True)
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.sender.aclose()
+
+    async def _intake_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.intake(block_ms=500)
+            except redis.ConnectionError as exc:
+                log.warning("redis unavailable to the webhook intake: %s", exc)
+                await asyncio.sleep(0.5)
