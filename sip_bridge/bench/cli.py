@@ -10,6 +10,7 @@ from typing import Any
 BENCHMARKS: dict[str, str] = {
     "jitter": "sip_bridge.bench.jitter",
     "ingest": "sip_bridge.bench.ingest",
+    "capacity": "sip_bridge.bench.capacity",
 }
 
 

@@ -1,0 +1,330 @@
+"""Detector capacity: ramp concurrent calls until detector queue wait or tick lag breaks.
+
+Each synthetic call has two legs of real speech (the caller talks half the time: 4 s on,
+4 s off, offset per call; the agent leg is ingested but never analysed for voice) sent
+as G.711 µ-law RTP through one native jitter buffer per leg, pulled every 20 ms on a
+real-time clock and handed to the detector runtime (windowing, micro-batching
+scheduler, fusion) with the fixture models: the AASIST-shaped model (AASIST's front end
+and encoder compute), the embedding model and the energy VAD. Calls are added in steps;
+each step runs ``--step-seconds`` and reports detector queue wait, tick lag (how late
+each 20 ms tick started), CPU per call and window outcomes. The ramp stops at the
+first step where queue wait p99 > 250 ms, tick lag p99 > 5 ms or any window was
+unavailable; the knee is the last step that passed. In the same run, the AASIST-shaped
+model's throughput with batches of ``--max-batch`` is measured against batch 1 (the
+same worker threads, back to back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from detectors.admission import AdmissionConfig
+from detectors.alert_schema import Alert, LegRole, ScoreUpdate
+from detectors.contract import WindowResult
+from detectors.onnx_detector import OnnxDetector, probe_providers
+from detectors.runtime import DetectorRuntime, RuntimeConfig
+from detectors.scheduler import LaneConfig
+from native.codec import build_rtp, ulaw_encode
+from native.ingest import PulledFrames
+from native.ingest_types import FRAME_INFO_DTYPE
+from native.jitter import JitterBuffer
+from sip_bridge.bench.report import summarize
+from sip_bridge.demo import find_speech, leg_audio
+
+FRAME_NS = 20_000_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--start", type=int, default=8, help="calls in the first step")
+    parser.add_argument("--step", type=int, default=8, help="calls added per step")
+    parser.add_argument("--max-calls", type=int, default=96)
+    parser.add_argument("--step-seconds", type=float, default=12.0)
+    parser.add_argument("--hop", type=float, default=2.0, help="synthetic-voice hop, s")
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--max-wait-ms", type=float, default=50.0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--threads", type=int, default=1, help="ONNX intra-op threads")
+    parser.add_argument("--tiny", action="store_true", help="tiny fixtures (smoke tests)")
+    parser.add_argument("--speech-dir", type=Path)
+    parser.add_argument(
+        "--switch-interval-ms",
+        type=float,
+        default=1.0,
+        help="Python's GIL switch interval (default 5 ms lets a worker hold the tick back)",
+    )
+
+
+class _Publisher:
+    def __init__(self) -> None:
+        self.alerts = 0
+
+    def publish_alert(self, alert: Alert) -> None:
+        self.alerts += 1
+
+    def publish_score(self, update: ScoreUpdate) -> None:
+        pass
+
+
+class _Stats:
+    """Observations of one step (written from worker threads)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.waits: list[float] = []
+        self.batches: list[int] = []
+        self.outcomes: dict[str, int] = {}
+
+    def observe(self, name: str, size: int, run_s: float, waits: list[float]) -> None:
+        with self.lock:
+            self.waits.extend(waits)
+            self.batches.append(size)
+
+    def result(self, r: WindowResult) -> None:
+        key = r.abstained.value if r.abstained else "scored"
+        with self.lock:
+            self.outcomes[key] = self.outcomes.get(key, 0) + 1
+
+
+class _Leg:
+    def __init__(self, sid: int, pcm: npt.NDArray[np.int16]) -> None:
+        self.sid = sid
+        self.jb = JitterBuffer()
+        self.payload = ulaw_encode(pcm[: len(pcm) // 160 * 160])
+        self.frames = len(self.payload) // 160
+        self.k = 0
+
+    def feed(self, now_ns: int) -> None:
+        i = self.k % self.frames
+        datagram = build_rtp(
+            self.payload[i * 160 : (i + 1) * 160],
+            seq=self.k & 0xFFFF,
+            ts=(self.k * 160) & 0xFFFFFFFF,
+            ssrc=0x5EED0000 + self.sid,
+            marker=self.k == 0,
+        )
+        self.jb.insert(datagram, now_ns)
+        self.k += 1
+
+
+def _models(args: argparse.Namespace) -> list[OnnxDetector]:
+    from detectors.fixture_models import aasist_fixture, embedding_fixture, vad_fixture
+
+    choice = probe_providers()
+    out = []
+    for data, manifest in (aasist_fixture(args.tiny), embedding_fixture(args.tiny), vad_fixture()):
+        if manifest.dimension.value == "synthetic_voice":
+            hop = int(args.hop * manifest.input.sample_rate)
+            manifest = manifest.model_copy(
+                update={"input": manifest.input.model_copy(update={"hop": hop})}
+            )
+        out.append(OnnxDetector(manifest, data, choice, intra_op_threads=args.threads))
+    return out
+
+
+def _call_audio(files: list[Path], call: int, seconds: float) -> tuple[Any, Any]:
+    caller = leg_audio(files, 2 * call, seconds).copy()
+    agent = leg_audio(files, 2 * call + 1, seconds)
+    t = (np.arange(caller.size) / 8000 + call * 1.3) % 8.0
+    caller[t >= 4.0] = 0  # the caller talks half the time
+    return caller, agent
+
+
+def _throughput_ratio(
+    det: OnnxDetector, max_batch: int, workers: int, windows: int
+) -> dict[str, Any]:
+    """Windows/s at batch 1 and at max_batch, ``workers`` threads back to back."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((max_batch, det.spec.window)) * 0.05).astype(np.float32)
+
+    def rate(batch: int) -> float:
+        per_worker = max(1, windows // (batch * workers))
+
+        def work() -> None:
+            for _ in range(per_worker):
+                det.run_batch(x[:batch])
+
+        threads = [threading.Thread(target=work) for _ in range(workers)]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return per_worker * batch * workers / (time.perf_counter() - t0)
+
+    single, batched = rate(1), rate(max_batch)
+    return {
+        "model": det.spec.name,
+        "batch": max_batch,
+        "workers": workers,
+        "windows_per_s_batch_1": single,
+        f"windows_per_s_batch_{max_batch}": batched,
+        "ratio": batched / single,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    files = find_speech(args.speech_dir)
+    detectors = _models(args)
+    stats = _Stats()
+    publisher = _Publisher()
+    lanes = LaneConfig(
+        max_batch=args.max_batch,
+        max_wait_s=args.max_wait_ms / 1000,
+        deadline_s=2.0,
+        max_inflight=args.workers,
+    )
+    rt = DetectorRuntime(
+        detectors,
+        publisher,
+        config=RuntimeConfig(
+            workers=args.workers,
+            max_legs=2 * args.max_calls + 2,
+            lanes=lanes,
+            admission=AdmissionConfig(max_calls=10_000),
+        ),
+        observer=stats.observe,
+        on_result=stats.result,
+    )
+    t_warm = time.perf_counter()
+    rt.start()
+    warm_s = time.perf_counter() - t_warm
+    gc.collect()
+    gc.freeze()  # DESIGN §3: no collector pauses on the tick path after warm-up
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(args.switch_interval_ms / 1000)
+    legs: list[_Leg] = []
+    steps: list[dict[str, Any]] = []
+    knee = 0
+    call_seconds = 60.0
+    n_calls = 0
+    try:
+        target = args.start
+        while target <= args.max_calls:
+            joins: list[tuple[int, str, list[_Leg]]] = []
+            spread = int(args.hop * 50)  # new calls join spread over one hop, not at once
+            for j in range(target - n_calls):
+                cid = f"call{n_calls}"
+                caller, agent = _call_audio(files, n_calls, call_seconds)
+                new = [_Leg(len(legs) + k, pcm) for k, pcm in enumerate((caller, agent))]
+                legs.extend(new)
+                joins.append((j * spread // max(1, target - n_calls), cid, new))
+                n_calls += 1
+            step = _run_step(rt, legs, joins, stats, args.step_seconds)
+            step["calls"] = n_calls
+            steps.append(step)
+            ok = step["ok"]
+            if ok:
+                knee = n_calls
+            else:
+                break
+            target += args.step
+    finally:
+        rt.close()
+        gc.unfreeze()
+        sys.setswitchinterval(old_switch)
+    ratio = _throughput_ratio(detectors[0], args.max_batch, args.workers, 8 if args.tiny else 48)
+    return {
+        "benchmark": "capacity",
+        "provider": detectors[0].provider,
+        "provider_reason": probe_providers().reason,
+        "config": {
+            "models": {
+                d.spec.name: {"window_s": d.spec.window_s, "hop_s": d.spec.hop_s} for d in detectors
+            },
+            "max_batch": args.max_batch,
+            "max_wait_ms": args.max_wait_ms,
+            "workers": args.workers,
+            "intra_op_threads": args.threads,
+            "switch_interval_ms": args.switch_interval_ms,
+            "step_seconds": args.step_seconds,
+            "talk_ratio": 0.5,
+            "legs_per_call": 2,
+            "criteria": "queue wait p99 <= 250 ms, tick lag p99 <= 5 ms, no unavailable window",
+        },
+        "warm_up_s": warm_s,
+        "knee_calls": knee,
+        "steps": steps,
+        "alerts": publisher.alerts,
+        "batched_vs_unbatched": ratio,
+    }
+
+
+def _join(rt: DetectorRuntime, cid: str, new: list[_Leg]) -> None:
+    rt.open_call(cid)
+    rt.add_leg(cid, new[0].sid, "caller", LegRole.EXTERNAL)
+    rt.add_leg(cid, new[1].sid, "agent", LegRole.INTERNAL)
+
+
+def _run_step(
+    rt: DetectorRuntime,
+    legs: list[_Leg],
+    joins: list[tuple[int, str, list[_Leg]]],
+    stats: _Stats,
+    seconds: float,
+) -> dict[str, Any]:
+    """Run ``seconds`` of 20 ms ticks; ``joins``: (tick, call id, legs) to add on the way
+    (legs not yet joined are fed but ignored by the runtime, as unregistered streams)."""
+    ids = np.array([leg.sid for leg in legs], np.int32)
+    pcm = np.zeros((len(legs), 160), np.int16)
+    infos = np.zeros(len(legs), FRAME_INFO_DTYPE)
+    pulled = PulledFrames(ids, pcm, infos)
+    with stats.lock:
+        stats.waits.clear()
+        stats.batches.clear()
+        stats.outcomes.clear()
+    lags: list[float] = []
+    work: list[float] = []
+    ticks = int(seconds * 50)
+    cpu0 = time.process_time()
+    start = time.monotonic_ns()
+    for tick in range(ticks):
+        due = start + tick * FRAME_NS
+        now = time.monotonic_ns()
+        if now < due:
+            time.sleep((due - now) / 1e9)
+            now = time.monotonic_ns()
+        lags.append((now - due) / 1e6)
+        while joins and joins[0][0] <= tick:
+            _join(rt, joins[0][1], joins[0][2])
+            joins.pop(0)
+        for i, leg in enumerate(legs):
+            leg.feed(now)
+            leg.jb.pull_into(now, pcm[i])
+            info = leg.jb.last_info
+            infos[i]["flag"] = info.flag
+            infos[i]["real_mask"] = info.real_mask
+        rt.on_frames(pulled)
+        work.append((time.monotonic_ns() - now) / 1e6)
+    time.sleep(0.3)  # let the last batches finish
+    cpu = time.process_time() - cpu0
+    wall = (time.monotonic_ns() - start) / 1e9
+    with stats.lock:
+        waits = [w * 1000 for w in stats.waits]
+        outcomes = dict(stats.outcomes)
+        batches = list(stats.batches)
+    wait_s = summarize(waits, "ms")
+    lag_s = summarize(lags, "ms")
+    unavailable = outcomes.get("unavailable", 0)
+    ok = wait_s.get("p99", 0.0) <= 250.0 and lag_s.get("p99", 0.0) <= 5.0 and unavailable == 0
+    n_calls = len(legs) // 2
+    return {
+        "ok": ok,
+        "queue_wait": wait_s,
+        "tick_lag": lag_s,
+        "tick_work": summarize(work, "ms"),
+        "cpu_percent_of_one_core": 100 * cpu / wall,
+        "cpu_percent_per_call": 100 * cpu / wall / max(1, n_calls),
+        "windows": outcomes,
+        "mean_batch": float(np.mean(batches)) if batches else 0.0,
+        "capacity_estimate_calls": rt.admission.capacity(),
+    }
