@@ -278,7 +278,7 @@ def _header_lines(lines: list[str]) -> Headers:
         if line[:1] in (" ", "\t"):
             if current is None:
                 raise SipParseError("continuation line before any header")
-            current[1] += " " + line.strip()
+            current[1] = (current[1] + " " + line.strip()).strip()
             continue
         name, sep, value = line.partition(":")
         name = name.rstrip(" \t")

@@ -52,6 +52,12 @@ def test_compact_forms_folding_and_lists() -> None:
     assert NameAddr.parse(h.get("From") or "").tag == "1928301774"
 
 
+def test_folded_empty_value() -> None:  # found by test_sip_mutations
+    req = SipRequest.parse(COMPACT.replace(b"i: a84b4c76e66710", b"i:\r\n a84b4c76e66710"))
+    assert req.headers.get("Call-ID") == "a84b4c76e66710"
+    assert bytes(SipRequest.parse(bytes(req))) == bytes(req)
+
+
 def test_round_trip_is_stable() -> None:
     req = SipRequest.parse(COMPACT)
     again = SipRequest.parse(bytes(req))
