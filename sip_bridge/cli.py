@@ -18,9 +18,9 @@ _COMMANDS: dict[str, str] = {
     "bridge": "sip_bridge.bridge",
     "demo": "sip_bridge.demo",
     "models": "detectors.models_cli",
-    "schema": "bus.schema_export",
-    "redis": "bus.redis_cli",
-    "webhooks": "bus.webhooks.cli",
+    "schema": "detectors.bus.schema_export",
+    "redis": "detectors.bus.redis_cli",
+    "webhooks": "detectors.bus.webhooks.cli",
 }
 
 

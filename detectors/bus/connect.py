@@ -8,8 +8,8 @@ from __future__ import annotations
 import redis
 import redis.asyncio
 
-from bus.embedded import EmbeddedRedis
-from bus.settings import BusSettings
+from detectors.bus.embedded import EmbeddedRedis
+from detectors.bus.settings import BusSettings
 
 
 def resolve_url(settings: BusSettings) -> str:

@@ -25,8 +25,8 @@ import threading
 
 import redis
 
-from bus.redis_server import RedisServer
-from bus.settings import BusSettings
+from detectors.bus.redis_server import RedisServer
+from detectors.bus.settings import BusSettings
 
 log = logging.getLogger(__name__)
 

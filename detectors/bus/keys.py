@@ -3,7 +3,7 @@
 Streams:
   ``{alerts}``            durable alert stream (every revision once); trimmed only below
                           what every consumer group has acknowledged and older than the
-                          retention (``bus.retention``)
+                          retention (``detectors.bus.retention``)
   ``{alerts}:seen:<id>``  hash revision -> stream entry id: the (alert_id, revision)
                           dedupe that makes a retried XADD a no-op (same hash slot as
                           the stream, so the Lua script also runs on Redis Cluster)
@@ -11,7 +11,7 @@ Streams:
 Call state: ``call:<call_id>`` hash for live calls, ``calls:live`` sorted set.
 Detector shared state: ``watchlist:<tenant>``, ``enrol:<tenant>:<subject>``,
 ``fp:<bucket>``, ``ani:<window>:<ani_hash>`` (ANIs only as keyed hashes, never raw).
-Webhooks: ``wh:*`` (``bus.webhooks.store``).
+Webhooks: ``wh:*`` (``detectors.bus.webhooks.store``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and call events to Redis, never blocking the caller, never losing an alert.
 
 ``publish_*`` only append to an in-memory queue and wake a flusher thread (no I/O, no
 lock held against Redis): the media path never waits. The flusher journals alerts to the
-persistent outbox (``bus.outbox``) before sending them, sends in order, and forgets an
+persistent outbox (``detectors.bus.outbox``) before sending them, sends in order, and forgets an
 entry only once Redis acknowledged it (and, in strict durability, once it is durable).
 While Redis is away everything waits in the outbox; score updates may be dropped to
 respect its bound, alerts never.
@@ -25,11 +25,11 @@ from typing import cast
 
 import redis
 
-from bus.durability import StrictWaiter
-from bus.keys import Keys
-from bus.outbox import Entry, Outbox
-from bus.settings import BusSettings
 from detectors.alert_schema import Alert, CallEvent, ScoreUpdate
+from detectors.bus.durability import StrictWaiter
+from detectors.bus.keys import Keys
+from detectors.bus.outbox import Entry, Outbox
+from detectors.bus.settings import BusSettings
 
 log = logging.getLogger(__name__)
 

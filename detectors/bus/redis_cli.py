@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bus.settings import BusSettings
+from detectors.bus.settings import BusSettings
 
 
 def add_parser(sub: Any, name: str) -> None:
@@ -17,10 +17,10 @@ def add_parser(sub: Any, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bus.connect import resolve_url, sync_client
-    from bus.embedded import EmbeddedRedis
-    from bus.keys import Keys
-    from bus.retention import trim_alerts
+    from detectors.bus.connect import resolve_url, sync_client
+    from detectors.bus.embedded import EmbeddedRedis
+    from detectors.bus.keys import Keys
+    from detectors.bus.retention import trim_alerts
 
     settings = BusSettings()
     if args.action in ("start", "stop") and not settings.embedded:

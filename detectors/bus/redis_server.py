@@ -1,6 +1,6 @@
 """Run one ``redis-server`` process: its configuration, start, readiness, kill, restart.
 
-Used by the embedded default (``bus.embedded``), by the tests (a real server on a free
+Used by the embedded default (``detectors.bus.embedded``), by the tests (a real server on a free
 port with AOF in a temporary directory, killed with SIGKILL and restarted) and by
 ``callshield bench alerts``. The configuration is what "no alert lost" needs: AOF on
 (``everysec``; ``always`` in strict durability), ``noeviction`` (an alert is never

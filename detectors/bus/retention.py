@@ -1,6 +1,6 @@
 """Retention of the durable alert stream: trimmed by age, and never below what every
 consumer group has acknowledged (DESIGN.md §6). Lossy streams are capped by MAXLEN at
-XADD time instead (``bus.publisher``)."""
+XADD time instead (``detectors.bus.publisher``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from bus.keys import Keys
+from detectors.bus.keys import Keys
 
 
 def _next_id(stream_id: str) -> str:

@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bus.webhooks.payload import WebhookEnvelope
 from detectors.alert_schema import (
     SCHEMA_VERSION,
     Alert,
@@ -30,8 +29,9 @@ from detectors.alert_schema import (
     WindowQuality,
     alert_id_for,
 )
+from detectors.bus.webhooks.payload import WebhookEnvelope
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schema"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "schema"
 _BASE_ID = "https://callshield.invalid/schema"
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from bus.redis_server import RedisServer, find_redis_server, free_port
-from bus.settings import BusSettings
+from detectors.bus.redis_server import RedisServer, find_redis_server, free_port
+from detectors.bus.settings import BusSettings
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from bus.connect import resolve_url, sync_client
-from bus.embedded import EmbeddedRedis, Supervisor
-from bus.redis_server import find_redis_server
-from bus.settings import BusSettings
+from detectors.bus.connect import resolve_url, sync_client
+from detectors.bus.embedded import EmbeddedRedis, Supervisor
+from detectors.bus.redis_server import find_redis_server
+from detectors.bus.settings import BusSettings
 
 
 @pytest.fixture

@@ -8,13 +8,13 @@ from pathlib import Path
 import redis
 from alert_factory import make_alert, make_event, make_score
 
-from bus.codec import decode, decode_alert
-from bus.keys import Keys
-from bus.outbox import Entry, Outbox
-from bus.publisher import AlertPublisher
-from bus.redis_server import RedisServer
-from bus.settings import BusSettings
 from detectors.alert_schema import event_id
+from detectors.bus.codec import decode, decode_alert
+from detectors.bus.keys import Keys
+from detectors.bus.outbox import Entry, Outbox
+from detectors.bus.publisher import AlertPublisher
+from detectors.bus.redis_server import RedisServer
+from detectors.bus.settings import BusSettings
 
 
 def _alerts(client: redis.Redis, keys: Keys) -> list[str]:

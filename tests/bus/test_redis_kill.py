@@ -13,12 +13,12 @@ import time
 import redis
 from alert_factory import make_alert, make_score
 
-from bus.codec import decode_alert
-from bus.keys import Keys
-from bus.publisher import AlertPublisher
-from bus.redis_server import RedisServer
-from bus.settings import BusSettings
 from detectors.alert_schema import event_id
+from detectors.bus.codec import decode_alert
+from detectors.bus.keys import Keys
+from detectors.bus.publisher import AlertPublisher
+from detectors.bus.redis_server import RedisServer
+from detectors.bus.settings import BusSettings
 
 KILLS = 6
 ALERTS = 1800

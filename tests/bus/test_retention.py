@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from bus.keys import Keys
-from bus.retention import safe_min_id, trim_alerts
+from detectors.bus.keys import Keys
+from detectors.bus.retention import safe_min_id, trim_alerts
 
 
 def test_trim_keeps_what_a_group_has_not_acknowledged(client: redis.Redis) -> None:

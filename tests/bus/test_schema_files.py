@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bus.codec import decode, encode
-from bus.schema_export import SCHEMA_DIR, examples, render, stale_files
-from bus.webhooks.payload import WebhookEnvelope, event_type, matches
 from detectors.alert_schema import Alert, CallEvent, ScoreUpdate
+from detectors.bus.codec import decode, encode
+from detectors.bus.schema_export import SCHEMA_DIR, examples, render, stale_files
+from detectors.bus.webhooks.payload import WebhookEnvelope, event_type, matches
 
 
 def test_committed_schema_files_are_current() -> None:

@@ -10,12 +10,12 @@ import redis
 from cryptography.fernet import Fernet
 from receiver import Receiver
 
-from bus.keys import Keys
-from bus.settings import BusSettings
-from bus.webhooks import secrets
-from bus.webhooks.sender import Sender
-from bus.webhooks.ssrf import BlockedTarget, address_problem, check_url, parse_target
-from bus.webhooks.store import EndpointStore
+from detectors.bus.keys import Keys
+from detectors.bus.settings import BusSettings
+from detectors.bus.webhooks import secrets
+from detectors.bus.webhooks.sender import Sender
+from detectors.bus.webhooks.ssrf import BlockedTarget, address_problem, check_url, parse_target
+from detectors.bus.webhooks.store import EndpointStore
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,13 @@ from cryptography.fernet import Fernet
 from pydantic import SecretStr
 from receiver import Receiver, ids_by_call
 
-from bus.codec import encode
-from bus.keys import Keys
-from bus.settings import BusSettings
-from bus.webhooks.dispatcher import Dispatcher
-from bus.webhooks.schedule import RetryPolicy, VirtualClock
-from bus.webhooks.store import EndpointStore
 from detectors.alert_schema import Alert, event_id
+from detectors.bus.codec import encode
+from detectors.bus.keys import Keys
+from detectors.bus.settings import BusSettings
+from detectors.bus.webhooks.dispatcher import Dispatcher
+from detectors.bus.webhooks.schedule import RetryPolicy, VirtualClock
+from detectors.bus.webhooks.store import EndpointStore
 
 
 @pytest.fixture

@@ -47,11 +47,11 @@ def add_parser(sub: Any, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bus.connect import async_client, resolve_url, sync_client
-    from bus.keys import Keys
-    from bus.settings import BusSettings
-    from bus.webhooks.secrets import load_key
-    from bus.webhooks.store import EndpointStore
+    from detectors.bus.connect import async_client, resolve_url, sync_client
+    from detectors.bus.keys import Keys
+    from detectors.bus.settings import BusSettings
+    from detectors.bus.webhooks.secrets import load_key
+    from detectors.bus.webhooks.store import EndpointStore
 
     settings = BusSettings()
     key = load_key(settings)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_dispatcher(client: Any, settings: Any, key: Any) -> int:
-    from bus.webhooks.dispatcher import Dispatcher
+    from detectors.bus.webhooks.dispatcher import Dispatcher
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not one line per request
 
@@ -100,8 +100,8 @@ def _run_dispatcher(client: Any, settings: Any, key: Any) -> int:
 
 
 def _replay(client: Any, settings: Any, args: argparse.Namespace) -> int:
-    from bus.keys import Keys
-    from bus.webhooks.queue import DeliveryQueue
+    from detectors.bus.keys import Keys
+    from detectors.bus.webhooks.queue import DeliveryQueue
 
     async def main() -> int:
         queue = DeliveryQueue(client, Keys(settings.key_prefix))

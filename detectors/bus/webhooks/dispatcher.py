@@ -2,14 +2,14 @@
 group, deliveries out per Standard Webhooks (DESIGN.md §6).
 
 Intake: ``XREADGROUP`` on the alert stream; each alert becomes one delivery per
-matching enabled endpoint (``bus.webhooks.queue``, idempotent), and only then is the
+matching enabled endpoint (``detectors.bus.webhooks.queue``, idempotent), and only then is the
 entry ``XACK``ed. A dispatcher that dies between the two leaves the entry pending;
 ``XAUTOCLAIM`` (by any dispatcher, after ``webhook_claim_idle_ms``) takes it over and the
 enqueue is a no-op for what was already queued.
 
 Delivery: queue heads whose time has come are claimed with a lease and tried; a
 success pops the head (per-call order), a failure schedules the next try on the
-real-time then the durable lane (``bus.webhooks.schedule``), 410 disables the endpoint
+real-time then the durable lane (``detectors.bus.webhooks.schedule``), 410 disables the endpoint
 (its queues are parked, nothing is dropped), exhaustion moves the event to the
 dead-letter set, from where it can be replayed. Every attempt goes to the log stream.
 """
@@ -26,15 +26,15 @@ from typing import Any
 import redis.asyncio
 from cryptography.fernet import Fernet
 
-from bus.codec import decode_alert
-from bus.keys import Keys
-from bus.settings import BusSettings
-from bus.webhooks.payload import envelope_json, event_type, matches
-from bus.webhooks.queue import Delivery, DeliveryQueue
-from bus.webhooks.schedule import Clock, RetryPolicy, SystemClock
-from bus.webhooks.sender import Sender
-from bus.webhooks.store import Endpoint
 from detectors.alert_schema import Alert, event_id
+from detectors.bus.codec import decode_alert
+from detectors.bus.keys import Keys
+from detectors.bus.settings import BusSettings
+from detectors.bus.webhooks.payload import envelope_json, event_type, matches
+from detectors.bus.webhooks.queue import Delivery, DeliveryQueue
+from detectors.bus.webhooks.schedule import Clock, RetryPolicy, SystemClock
+from detectors.bus.webhooks.sender import Sender
+from detectors.bus.webhooks.store import Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis.asyncio
 
-from bus.keys import Keys
+from detectors.bus.keys import Keys
 
 # KEYS: delivery, queue, due. ARGV: endpoint, event_id, call_key, alert, now, member
 _ENQUEUE = """

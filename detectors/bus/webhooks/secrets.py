@@ -11,7 +11,7 @@ import secrets as pysecrets
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from bus.settings import BusSettings
+from detectors.bus.settings import BusSettings
 
 SECRET_PREFIX = "whsec_"
 

@@ -14,8 +14,8 @@ import httpx
 from cryptography.fernet import Fernet
 from standardwebhooks import Webhook
 
-from bus.webhooks.ssrf import BlockedTarget, parse_target, resolve
-from bus.webhooks.store import Endpoint
+from detectors.bus.webhooks.ssrf import BlockedTarget, parse_target, resolve
+from detectors.bus.webhooks.store import Endpoint
 
 USER_AGENT = "CallShield-Webhooks/1"
 

@@ -10,10 +10,10 @@ import redis
 from cryptography.fernet import Fernet
 from pydantic import BaseModel, ConfigDict
 
-from bus.keys import Keys
-from bus.webhooks import secrets
-from bus.webhooks.payload import EVENT_TYPES
-from bus.webhooks.ssrf import BlockedTarget, check_url
+from detectors.bus.keys import Keys
+from detectors.bus.webhooks import secrets
+from detectors.bus.webhooks.payload import EVENT_TYPES
+from detectors.bus.webhooks.ssrf import BlockedTarget, check_url
 
 
 class Endpoint(BaseModel):
