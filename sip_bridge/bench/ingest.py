@@ -17,7 +17,9 @@ per leg or to one shared port. Receivers (``ingest_receivers``):
 
 Per receiver: CPU µs per packet over a steady-state window (after ``--warmup``; native:
 the receiver thread's own CPU clock; asyncio: the process's CPU clock; process CPU is
-reported for both); app loss (sent vs received per leg) and the kernel's ``Udp:
+reported for both); ``background_cpu_share``, what else ran on the machine meanwhile
+(all CPUs' busy time from /proc/stat less this process and the sender: a run with much
+of it is disturbed); app loss (sent vs received per leg) and the kernel's ``Udp:
 RcvbufErrors`` delta (/proc/net/snmp); native: wakeups, datagrams per recvmmsg, and the
 C latency histograms (kernel receive timestamp -> end of the batch that inserted the
 datagram into its jitter buffer, 1 µs buckets below 1 ms; and recvmmsg returned -> the
@@ -60,6 +62,7 @@ RECEIVERS = (
 BASELINES = ("asyncio_per_leg", "asyncio_shared")
 GOALS = {"cpu_ratio_min": 4.0, "loss_at_40kpps": 0, "p99_9_us_max": 50.0}
 SENDER_CPU, RECEIVER_CPU = 1, 0
+DRAIN_MAX_S = 2.0  # after the sender stops: how long to wait for the last datagrams
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -202,6 +205,7 @@ def _rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             p50_us=_round(lat.get("p50")),
             p99_us=_round(lat.get("p99")),
             p99_9_us=_round(lat.get("p99.9")),
+            background_cpus=_round(r["background_cpu_share"]),
         )
         rows.append(row)
     return rows
@@ -242,10 +246,23 @@ def _measure(
         window = Window(time.monotonic() + args.warmup)
         sender.stdin.write("go\n")
         sender.stdin.flush()
-        rx.run_until(lambda: sender.poll() is not None, window)
+        result: dict[str, Any] = {}
+
+        def done() -> bool:
+            """The sender has finished and every datagram is in (or DRAIN_MAX_S passed)."""
+            if not result:
+                if sender.poll() is None:
+                    return False
+                assert sender.stdout is not None
+                result.update(json.loads(sender.stdout.readline()), at=time.monotonic())
+            sent_all: int = sum(result["sent"])
+            waited: float = time.monotonic() - result["at"]
+            return rx.received_total() >= sent_all or waited > DRAIN_MAX_S
+
+        rx.run_until(done, window)
         steady = window.finish(rx)
         snmp1 = _udp_snmp()
-        load: dict[str, Any] = json.loads(sender.stdout.readline())
+        load = result
         got = rx.received()
         out = rx.report()
     finally:
@@ -267,6 +284,9 @@ def _measure(
         rcvbuf_errors_delta=snmp1.get("RcvbufErrors", 0) - snmp0.get("RcvbufErrors", 0),
         udp_in_errors_delta=snmp1.get("InErrors", 0) - snmp0.get("InErrors", 0),
         sender_cpu_share=load["cpu_s"] / send_s,
+        background_cpu_share=max(
+            0.0, steady["system_cpu_share"] - steady["process_cpu_share"] - load["cpu_s"] / send_s
+        ),
         sender_late_slots=load["late_slots"],
         sender_errors=load["send_errors"],
     )

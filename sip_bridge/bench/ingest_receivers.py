@@ -33,11 +33,10 @@ from sip_bridge.bench.report import summarize
 if TYPE_CHECKING:
     from native.ingest_types import LegOptions
 
-__all__ = ["DRAIN_S", "AsyncioReceiver", "NativeReceiver", "Pinning", "Receiver", "Window"]
+__all__ = ["AsyncioReceiver", "NativeReceiver", "Pinning", "Receiver", "Window"]
 
 _RTP = struct.Struct("!BBHII")
 _SENT_AT = struct.Struct("!q")
-DRAIN_S = 0.3  # after the sender stops, time for queues to empty before reading counters
 Address = tuple[str, int]
 
 
@@ -60,7 +59,7 @@ class Receiver:
         """Stream i's packets come from sources[i] (known before the sender starts)."""
 
     def run_until(self, done: Callable[[], bool], window: Window) -> None:
-        """Receive until done(), then DRAIN_S longer; call window.tick(self) every 20 ms."""
+        """Receive until done() (checked, with window.tick(self), every 20 ms)."""
         raise NotImplementedError
 
     def received(self) -> list[int]:
@@ -87,12 +86,12 @@ class Window:
 
     def __init__(self, mark_at: float) -> None:
         self.mark_at = mark_at
-        self.start: tuple[float, int, int, int] | None = None
+        self.start: tuple[float, int, int, int, int] | None = None
 
     @staticmethod
-    def _snap(rx: Receiver) -> tuple[float, int, int, int]:
+    def _snap(rx: Receiver) -> tuple[float, int, int, int, int]:
         packets = rx.received_total()
-        return time.monotonic(), rx.cpu_ns(), time.process_time_ns(), packets
+        return time.monotonic(), rx.cpu_ns(), time.process_time_ns(), packets, _busy_ns()
 
     def tick(self, rx: Receiver) -> None:
         if self.start is None and time.monotonic() >= self.mark_at:
@@ -101,16 +100,32 @@ class Window:
     def finish(self, rx: Receiver) -> dict[str, Any]:
         end = self._snap(rx)
         start = self.start or end
-        wall = end[0] - start[0]
-        packets = end[3] - start[3]
+        wall = max(end[0] - start[0], 1e-9)
+        packets = max(end[3] - start[3], 1)
         return {
             "window_s": wall,
-            "window_packets": packets,
-            "cpu_us_per_packet": (end[1] - start[1]) / 1e3 / max(packets, 1),
-            "cpu_share": (end[1] - start[1]) / 1e9 / max(wall, 1e-9),
-            "process_cpu_us_per_packet": (end[2] - start[2]) / 1e3 / max(packets, 1),
-            "process_cpu_share": (end[2] - start[2]) / 1e9 / max(wall, 1e-9),
+            "window_packets": end[3] - start[3],
+            "cpu_us_per_packet": (end[1] - start[1]) / 1e3 / packets,
+            "cpu_share": (end[1] - start[1]) / 1e9 / wall,
+            "process_cpu_us_per_packet": (end[2] - start[2]) / 1e3 / packets,
+            "process_cpu_share": (end[2] - start[2]) / 1e9 / wall,
+            "system_cpu_share": (end[4] - start[4]) / 1e9 / wall,
         }
+
+
+def _busy_ns() -> int:
+    """CPU time all CPUs spent busy so far (/proc/stat, 10 ms ticks): with the window's
+    process and sender CPU it shows how much else ran on the machine meanwhile."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return 0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    return (user + nice + system + irq + softirq + steal) * 1_000_000_000 // _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _bind(rcvbuf: int) -> socket.socket:
@@ -186,8 +201,7 @@ class NativeReceiver(Receiver):
 
     def run_until(self, done: Callable[[], bool], window: Window) -> None:
         tick = time.monotonic_ns()
-        stop_at: float | None = None
-        while stop_at is None or time.monotonic() < stop_at:
+        while True:
             tick += 20_000_000
             delay = tick - time.monotonic_ns()
             if delay > 0:
@@ -197,8 +211,8 @@ class NativeReceiver(Receiver):
             self.pull_cpu_ns += time.thread_time_ns() - c0
             self.pulls += 1
             window.tick(self)
-            if stop_at is None and done():
-                stop_at = time.monotonic() + DRAIN_S
+            if done():
+                return
 
     def received(self) -> list[int]:
         return [int(self.ing.stream_counters(i)["datagrams"]) for i in self.ids]
@@ -314,14 +328,13 @@ class AsyncioReceiver(Receiver):
                 functools.partial(_same, proto), sock=s
             )
             transports.append(transport)
-        stop_at: float | None = None
-        while stop_at is None or loop.time() < stop_at:
+        while True:
             await asyncio.sleep(0.02)
             for queue in self.queues:  # the consumer side: take what arrived
                 queue.clear()
             window.tick(self)
-            if stop_at is None and done():
-                stop_at = loop.time() + DRAIN_S
+            if done():
+                break
         for t in transports:
             t.close()
 
