@@ -5,6 +5,7 @@
 #include "ingest_priv.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -172,10 +173,14 @@ static void *receiver_main(void *arg) {
             dispatch(ing, token, offset);
         }
         if (!stop && worth_sleeping(ing, &rate, m2)) {
+            /* pace: wait for the stop eventfd alone until wakeup + coalesce_us, so a stop
+             * is still seen at once while the data sockets fill up */
             BUMP(g->paced_sleeps, 1);
-            int64_t until = m1 + (int64_t)ing->cfg.coalesce_us * 1000;
-            struct timespec t = {.tv_sec = until / 1000000000, .tv_nsec = until % 1000000000};
-            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR) {
+            int64_t left = m1 + (int64_t)ing->cfg.coalesce_us * 1000 - rx_clock_ns(CLOCK_MONOTONIC);
+            if (left > 0) {
+                struct timespec t = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
+                struct pollfd p = {.fd = ing->evfd, .events = POLLIN};
+                (void)ppoll(&p, 1, &t, NULL);
             }
         }
     }

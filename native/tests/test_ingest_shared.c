@@ -162,6 +162,8 @@ static void test_ingest_shared_churn_under_traffic(void)
     cfg.max_streams = FLOOD_SOURCES;
     cfg.max_sockets = 2;
     cfg.batch = 8;
+    cfg.coalesce_us = 500; /* paced: stop and start must still work mid-sleep */
+    cfg.coalesce_min = 0;
     cs_ingest *ing = cs_ingest_new(&cfg);
     REQUIRE(ing != NULL);
     flood f;
@@ -211,6 +213,7 @@ static void test_ingest_shared_churn_under_traffic(void)
     CHECK(g.inserted > 0);
     CHECK_EQ(g.recv_errors, 0);
     CHECK_EQ(g.demux_conflicts, 0);
+    CHECK(g.paced_sleeps > 0);
     for (int i = 0; i < FLOOD_SOURCES; i++)
         CHECK_EQ(cs_ingest_remove_stream(ing, ids[i]), 0);
     cs_socket_counters sc;

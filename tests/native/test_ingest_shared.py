@@ -54,9 +54,15 @@ def _source(leg: Leg) -> tuple[str, int]:
     return str(host), int(port)
 
 
-def test_legs_from_distinct_ports_arrive_intact(
-    ingest: Ingest, speech: npt.NDArray[np.int16]
-) -> None:
+@pytest.mark.parametrize("paced", [False, True], ids=["unpaced", "paced"])
+def test_legs_from_distinct_ports_arrive_intact(paced: bool, speech: npt.NDArray[np.int16]) -> None:
+    """Paced: the receiver sleeps 2 ms after every wakeup (coalesce_min 0: always), so
+    datagrams of many legs queue up and come out of one recvmmsg."""
+    with Ingest(64, coalesce_us=2000 if paced else 0, coalesce_min=0) as ingest:
+        _legs_from_distinct_ports(ingest, speech, paced)
+
+
+def _legs_from_distinct_ports(ingest: Ingest, speech: npt.NDArray[np.int16], paced: bool) -> None:
     legs = [_leg(speech, i, 60) for i in range(8)]
     kid = ingest.add_socket(0)
     dest = ingest.socket_address(kid)
@@ -77,6 +83,7 @@ def test_legs_from_distinct_ports_arrive_intact(
     g = ingest.counters()
     assert (g["unmatched"], g["no_timestamp"]) == (0, 0)
     assert ingest.latency().count == 8 * 59
+    assert (g["paced_sleeps"] > 0) == paced
 
 
 def test_legs_sharing_one_source_are_told_apart_by_ssrc(
