@@ -108,6 +108,7 @@ class CallSetup:
     dnis: str = ""
     correlation_id: str | None = None
     external_ids: dict[str, str] = field(default_factory=dict)
+    leg_roles: dict[int, LegRole] = field(default_factory=dict)  # the control API's, by index
 
 
 def _payload_types(stream: NegotiatedStream) -> list[PayloadType]:
@@ -155,6 +156,9 @@ class CallController:
             for leg_id in list(call.legs):
                 self.media.close_leg(leg_id)
             raise
+        for leg in call.legs.values():
+            if leg.index in setup.leg_roles:
+                leg.role, leg.role_source = setup.leg_roles[leg.index], "api"
         self.calls[call.call_id] = call
         log.info("call %s started (%s, %d legs)", call.call_id, call.kind, len(call.legs))
         self._emit(call, "started", f"unanalyzed:{unanalyzed}" if unanalyzed else "")

@@ -1,0 +1,164 @@
+"""The control API of the bridge (RTP attach without SIP), as a FastAPI router that the
+bridge's HTTP server mounts: ``app.include_router(control_router(controller, settings))``.
+
+For PBX integrations that fork RTP where they are told: Asterisk ARI ExternalMedia
+(``external_host`` = a leg's ``rtp.external_host``), rtpengine subscribe. Create a
+monitored call with its legs and metadata, get back one RTP port per leg on the
+advertised address, PATCH metadata, DELETE it; a call whose legs all stay silent for
+the RTP timeout ends by itself (reason ``rtp_timeout``).
+
+Every request needs ``Authorization: Bearer <control_api_token>`` (settings; compared in
+constant time), checked before the body is even parsed: missing or wrong -> 401; no
+token configured -> 403 (the API is off). While draining, creating a call gets 503 with
+Retry-After (DESIGN §8); live calls can still be changed and ended. Handlers are
+``async def`` on purpose: they run on the event loop that owns the call controller
+(the SIP UAS's loop), never in a thread pool.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+
+from sip_bridge.attach import AttachedCalls, CallCreate, CallUpdate, CallView, UnknownLegError
+from sip_bridge.calls import CallController
+from sip_bridge.media import CapacityError
+from sip_bridge.settings import Settings
+
+log = logging.getLogger(__name__)
+PREFIX = "/v1/calls"
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="control_api_token",
+    description="the bridge's control_api_token (CALLSHIELD_CONTROL_API_TOKEN)",
+)
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing or wrong bearer token"},
+    403: {"description": "the control API is off (no token configured)"},
+}
+
+
+def _token_check(token: bytes | None) -> Callable[[Request], None]:
+    def check(request: Request) -> None:
+        if token is None:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "control API disabled: no token")
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "bearer token required",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if not hmac.compare_digest(given.strip().encode(), token):
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "invalid token",
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
+
+    return check
+
+
+def _guarded_route(check: Callable[[Request], None]) -> type[APIRoute]:
+    """Routes that authenticate before FastAPI reads and validates the body (so an
+    unauthenticated caller learns nothing from validation errors)."""
+
+    class GuardedRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def guarded(request: Request) -> Response:
+                check(request)
+                return await handler(request)
+
+            return guarded
+
+    return GuardedRoute
+
+
+def control_router(controller: CallController, settings: Settings) -> APIRouter:
+    """The control API on ``controller``; tokens, addresses and timers from settings."""
+    secret = settings.control_api_token
+    token = secret.get_secret_value().encode() if secret and secret.get_secret_value() else None
+    sip_host, _ = settings.sip_address
+    advertised = settings.advertised_address or settings.rtp_host or sip_host
+    calls = AttachedCalls(controller, advertised, settings.rtp_timeout_s)
+    retry_after = {"Retry-After": str(settings.retry_after_s)}
+    router = APIRouter(
+        prefix=PREFIX,
+        tags=["control"],
+        dependencies=[Depends(_bearer)],  # documents the scheme; the route class checks it
+        responses=_ERRORS,
+        route_class=_guarded_route(_token_check(token)),
+    )
+
+    def found(call_id: str) -> Any:
+        call = calls.get(call_id)
+        if call is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such live call")
+        return call
+
+    @router.post(
+        "",
+        status_code=status.HTTP_201_CREATED,
+        response_model=CallView,
+        summary="Create a monitored call and get the RTP ports to send its legs to",
+        responses={503: {"description": "draining or no free RTP port; see Retry-After"}},
+    )
+    async def create_call(spec: CallCreate) -> CallView:
+        if controller.draining:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "draining", retry_after)
+        try:
+            call = calls.create(spec)
+        except CapacityError:
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE, "no capacity", retry_after
+            ) from None
+        return calls.view(call)
+
+    @router.get("", response_model=list[CallView], summary="Live calls created by this API")
+    async def list_calls() -> list[CallView]:
+        return [calls.view(c) for c in calls.live()]
+
+    @router.get(
+        "/{call_id}",
+        response_model=CallView,
+        summary="One live call",
+        responses={404: {"description": "no such live call"}},
+    )
+    async def get_call(call_id: str) -> CallView:
+        return calls.view(found(call_id))
+
+    @router.patch(
+        "/{call_id}",
+        response_model=CallView,
+        summary="Change ANI/DNIS, correlation id, external ids, leg roles or pause",
+        responses={404: {"description": "no such live call or leg"}},
+    )
+    async def update_call(call_id: str, change: CallUpdate) -> CallView:
+        found(call_id)
+        try:
+            call = calls.update(call_id, change)
+        except UnknownLegError as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no leg {exc.args[0]!r}") from None
+        return calls.view(call)
+
+    @router.delete(
+        "/{call_id}",
+        status_code=status.HTTP_204_NO_CONTENT,
+        response_class=Response,
+        summary="End the call (reason: api)",
+        responses={404: {"description": "no such live call"}},
+    )
+    async def end_call(call_id: str) -> Response:
+        if not calls.end(call_id, "api"):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such live call")
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+    return router
