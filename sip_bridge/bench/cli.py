@@ -11,6 +11,7 @@ BENCHMARKS: dict[str, str] = {
     "jitter": "sip_bridge.bench.jitter",
     "ingest": "sip_bridge.bench.ingest",
     "capacity": "sip_bridge.bench.capacity",
+    "sip": "sip_bridge.bench.sip",
 }
 
 
