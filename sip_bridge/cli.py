@@ -16,6 +16,7 @@ from collections.abc import Sequence
 _COMMANDS: dict[str, str] = {
     "bench": "sip_bridge.bench.cli",
     "bridge": "sip_bridge.bridge",
+    "dashboard": "dashboard.cli",
     "demo": "sip_bridge.demo",
     "models": "detectors.models_cli",
     "schema": "detectors.bus.schema_export",

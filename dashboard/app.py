@@ -1,0 +1,117 @@
+"""``create_app``: the dashboard's composition root (DESIGN §7).
+
+The lifespan opens the Redis client and starts the live feed's reader; the routes get
+everything through ``app.state.ctx`` (``dashboard.deps.Context``). Every response
+carries the security headers; every one but the static assets is ``no-store``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from argon2 import PasswordHasher
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from dashboard.audit import AuditLog
+from dashboard.auth import ApiKeyStore, Clock, RateLimiter, SessionStore, UserStore
+from dashboard.deps import Context, LoginRequiredError
+from dashboard.keys import DashKeys
+from dashboard.live import LiveHub
+from dashboard.routes import admin, alerts, auth, calls, pages, system
+from dashboard.settings import DashboardSettings
+from dashboard.store import DashboardStore
+from detectors.bus.connect import async_client
+from detectors.bus.keys import Keys
+from detectors.bus.settings import BusSettings
+
+_HERE = Path(__file__).resolve().parent
+API_PREFIX = "/api/v1"
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'; "
+    "object-src 'none'"
+)
+
+
+def create_app(
+    settings: DashboardSettings | None = None,
+    bus: BusSettings | None = None,
+    *,
+    redis_url: str | None = None,
+    clock: Clock = time.time,
+    password_hasher: PasswordHasher | None = None,
+) -> FastAPI:
+    settings = settings or DashboardSettings()
+    bus = bus or BusSettings()
+    secret = settings.load_session_key(bus.state_dir)  # fail at start, not at first login
+    keys = Keys(bus.key_prefix)
+    dash = DashKeys(keys)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = async_client(bus, redis_url)
+        hub = LiveHub(client, keys, settings.live_queue)
+        app.state.ctx = Context(
+            settings=settings,
+            clock=clock,
+            store=DashboardStore(client, keys, clock, settings.alerts_scan, settings.scores_scan),
+            users=UserStore(client, dash, clock, password_hasher),
+            api_keys=ApiKeyStore(client, dash, clock),
+            sessions=SessionStore(
+                client, dash, clock, secret, settings.session_idle_s, settings.session_max_s
+            ),
+            login_limit=RateLimiter(client, dash, settings.login_attempts, settings.login_window_s),
+            live_limit=RateLimiter(client, dash, settings.live_connects, settings.login_window_s),
+            audit=AuditLog(client, dash, clock, settings.audit_maxlen),
+            hub=hub,
+            origins=settings.origins(),
+        )
+        reader = asyncio.create_task(hub.run(), name="live-feed")
+        try:
+            yield
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            await client.aclose()
+
+    app = FastAPI(
+        title="CallShield dashboard API",
+        version="1",
+        lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: served ourselves instead
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.middleware("http")
+    async def security_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        headers = response.headers
+        if not request.url.path.startswith("/static/"):
+            headers["Cache-Control"] = "no-store"
+        headers["Content-Security-Policy"] = _CSP
+        headers["X-Content-Type-Options"] = "nosniff"
+        headers["X-Frame-Options"] = "DENY"
+        headers["Referrer-Policy"] = "no-referrer"
+        headers["Cross-Origin-Opener-Policy"] = "same-origin"
+        return response
+
+    @app.exception_handler(LoginRequiredError)
+    async def to_login(request: Request, exc: LoginRequiredError) -> Response:
+        return RedirectResponse("/login", status_code=303)
+
+    app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
+    app.include_router(system.health_router)
+    app.include_router(pages.router)
+    for router in (auth.router, alerts.router, calls.router, admin.router, system.router):
+        app.include_router(router, prefix=API_PREFIX)
+    return app

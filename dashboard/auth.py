@@ -1,0 +1,257 @@
+"""People, machines and sessions (no FastAPI here: the routes' dependencies use it).
+
+- Passwords: argon2id (``argon2-cffi``), rehashed on login when the parameters change;
+  an unknown user costs the same verify as a known one.
+- Sessions: a random id in Redis (``dash:session:<sid>``, TTL = idle timeout) holding
+  the user, role, CSRF token and creation time; the cookie carries the id signed with the
+  session key (``itsdangerous``), so a forged or guessed cookie never reaches Redis.
+  Idle and absolute expiry are checked against the injected clock, so tests can age one.
+- API keys: ``csk_<id>_<secret>``, stored as SHA-256 (high-entropy keys need no slow
+  hash), each with a role.
+- Rate limits: fixed-window counters in Redis, shared by every dashboard process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import redis.asyncio
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+from itsdangerous import BadSignature, URLSafeSerializer
+
+from dashboard.keys import DashKeys
+
+Clock = Callable[[], float]
+
+
+class Role(IntEnum):
+    """Ordered: a role may do everything the roles below it may."""
+
+    VIEWER = 1
+    ANALYST = 2
+    ADMIN = 3
+
+    @classmethod
+    def parse(cls, name: str) -> Role:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ValueError(f"unknown role {name!r}") from None
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking: a person with a session or a machine with an API key."""
+
+    name: str
+    role: Role
+    kind: str  # "session" or "api_key"
+    sid: str = ""
+    csrf: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    sid: str
+    user: str
+    role: Role
+    csrf: str
+    created: float
+
+
+_USERNAME_MAX = 64
+
+
+def check_username(name: str) -> str:
+    if not name or len(name) > _USERNAME_MAX or not all(c.isalnum() or c in "._-@" for c in name):
+        raise ValueError("username must be 1-64 letters, digits or . _ - @")
+    return name
+
+
+class UserStore:
+    """``hasher``: argon2id with argon2-cffi's defaults (RFC 9106 low-memory profile)
+    unless given; tests pass cheap parameters."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: DashKeys,
+        clock: Clock,
+        hasher: PasswordHasher | None = None,
+    ) -> None:
+        self._r, self._k, self._clock = client, keys, clock
+        self._hasher = hasher or PasswordHasher()
+        self._dummy = self._hasher.hash(secrets.token_urlsafe(16))
+
+    async def create(self, name: str, password: str, role: Role) -> None:
+        check_username(name)
+        if len(password) < 12:
+            raise ValueError("password must be at least 12 characters")
+        record = {"hash": self._hasher.hash(password), "role": role.label, "created": self._clock()}
+        if not await self._r.hsetnx(self._k.users, name, json.dumps(record)):
+            raise ValueError(f"user {name!r} already exists")
+
+    async def list(self) -> list[dict[str, Any]]:
+        raw = await self._r.hgetall(self._k.users)
+        out = []
+        for name, body in sorted(raw.items()):
+            record = json.loads(body)
+            user = name.decode() if isinstance(name, bytes) else str(name)
+            out.append({"username": user, "role": record["role"]})
+        return out
+
+    async def verify(self, name: str, password: str) -> Role | None:
+        """The user's role when the password is right, else None (same cost either way)."""
+        body = await self._r.hget(self._k.users, name)
+        record = json.loads(body) if body else None
+        try:
+            self._hasher.verify(record["hash"] if record else self._dummy, password)
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            return None
+        if record is None:
+            return None
+        if self._hasher.check_needs_rehash(record["hash"]):
+            record["hash"] = self._hasher.hash(password)
+            await self._r.hset(self._k.users, name, json.dumps(record))
+        return Role.parse(record["role"])
+
+
+class ApiKeyStore:
+    def __init__(self, client: redis.asyncio.Redis, keys: DashKeys, clock: Clock) -> None:
+        self._r, self._k, self._clock = client, keys, clock
+
+    @staticmethod
+    def _digest(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    async def create(self, name: str, role: Role) -> tuple[str, str]:
+        """(key id, the key): the key is shown once and stored only as its digest."""
+        check_username(name)
+        key_id = secrets.token_hex(6)
+        key = f"csk_{key_id}_{secrets.token_urlsafe(32)}"
+        record = {"id": key_id, "name": name, "role": role.label, "created": self._clock()}
+        await self._r.hset(self._k.api_keys, self._digest(key), json.dumps(record))
+        return key_id, key
+
+    async def list(self) -> list[dict[str, Any]]:
+        raw = await self._r.hvals(self._k.api_keys)
+        records = [json.loads(v) for v in raw]
+        return sorted(
+            ({"id": r["id"], "name": r["name"], "role": r["role"]} for r in records),
+            key=lambda r: str(r["name"]),
+        )
+
+    async def revoke(self, key_id: str) -> bool:
+        for digest, body in (await self._r.hgetall(self._k.api_keys)).items():
+            if json.loads(body)["id"] == key_id:
+                return bool(await self._r.hdel(self._k.api_keys, digest))
+        return False
+
+    async def lookup(self, key: str) -> Principal | None:
+        if not key.startswith("csk_"):
+            return None
+        body = await self._r.hget(self._k.api_keys, self._digest(key))
+        if body is None:
+            return None
+        record = json.loads(body)
+        return Principal(
+            name=f"key:{record['name']}", role=Role.parse(record["role"]), kind="api_key"
+        )
+
+
+class SessionStore:
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        keys: DashKeys,
+        clock: Clock,
+        secret: bytes,
+        idle_s: int,
+        max_s: int,
+    ) -> None:
+        self._r, self._k, self._clock = client, keys, clock
+        self._signer = URLSafeSerializer(secret, salt="callshield-dashboard-session")
+        self._idle_s, self._max_s = idle_s, max_s
+
+    async def create(self, user: str, role: Role) -> tuple[Session, str]:
+        """A new session and its signed cookie value."""
+        session = Session(
+            secrets.token_urlsafe(24), user, role, secrets.token_urlsafe(32), self._clock()
+        )
+        await self._save(session)
+        return session, self._signer.dumps(session.sid)
+
+    async def _save(self, session: Session) -> None:
+        body = {
+            "user": session.user,
+            "role": session.role.label,
+            "csrf": session.csrf,
+            "created": session.created,
+            "seen": self._clock(),
+        }
+        await self._r.set(self._k.session(session.sid), json.dumps(body), ex=self._idle_s)
+
+    async def load(self, cookie: str) -> Session | None:
+        """The live session behind a cookie; touches it (sliding idle timeout)."""
+        try:
+            sid = self._signer.loads(cookie)
+        except BadSignature:
+            return None
+        if not isinstance(sid, str):
+            return None
+        body = await self._r.get(self._k.session(sid))
+        if body is None:
+            return None
+        record = json.loads(body)
+        now = self._clock()
+        if (
+            now - float(record["seen"]) > self._idle_s
+            or now - float(record["created"]) > self._max_s
+        ):
+            await self._r.delete(self._k.session(sid))
+            return None
+        session = Session(
+            sid, record["user"], Role.parse(record["role"]), record["csrf"], record["created"]
+        )
+        await self._save(session)
+        return session
+
+    async def delete(self, sid: str) -> None:
+        await self._r.delete(self._k.session(sid))
+
+
+def tokens_equal(a: str, b: str) -> bool:
+    return bool(a) and bool(b) and hmac.compare_digest(a.encode(), b.encode())
+
+
+class RateLimiter:
+    """At most ``limit`` hits per ``window_s`` for one (what, who); fixed windows."""
+
+    def __init__(
+        self, client: redis.asyncio.Redis, keys: DashKeys, limit: int, window_s: int
+    ) -> None:
+        self._r, self._k, self._limit, self._window = client, keys, limit, window_s
+
+    async def hit(self, what: str, who: str) -> bool:
+        """Counts one hit; False when the limit is exceeded."""
+        key = self._k.rate(what, hashlib.sha256(who.encode()).hexdigest()[:32])
+        pipe = self._r.pipeline(transaction=True)
+        pipe.incr(key)
+        pipe.expire(key, self._window, nx=True)
+        count, _ = await pipe.execute()
+        return int(count) <= self._limit
+
+    async def reset(self, what: str, who: str) -> None:
+        await self._r.delete(self._k.rate(what, hashlib.sha256(who.encode()).hexdigest()[:32]))

@@ -1,0 +1,137 @@
+"""Dependencies every route declares: who is asking, may they, and is the request
+really theirs (CSRF).
+
+- Machines: ``Authorization: Bearer csk_…`` or ``X-API-Key``. Not cookie-based, so no
+  CSRF token.
+- People: the signed session cookie. Every unsafe method (POST, PUT, PATCH, DELETE) must
+  carry the session's CSRF token (``X-CSRF-Token`` header, or a ``csrf_token`` form field)
+  and, when the browser sends an ``Origin``, one from the allowlist; else 403.
+- ``api(role)`` answers 401 to nobody; ``page(role)`` redirects nobody to the login page.
+  Either answers 403 to a role below ``role``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from starlette.requests import HTTPConnection
+
+from dashboard.audit import AuditLog
+from dashboard.auth import (
+    ApiKeyStore,
+    Clock,
+    Principal,
+    RateLimiter,
+    Role,
+    SessionStore,
+    UserStore,
+    tokens_equal,
+)
+from dashboard.live import LiveHub
+from dashboard.settings import DashboardSettings
+from dashboard.store import DashboardStore
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CSRF_HEADER = "x-csrf-token"
+CSRF_FIELD = "csrf_token"
+
+
+@dataclass
+class Context:
+    """Everything the routes use, built once by the app's lifespan."""
+
+    settings: DashboardSettings
+    clock: Clock
+    store: DashboardStore
+    users: UserStore
+    api_keys: ApiKeyStore
+    sessions: SessionStore
+    login_limit: RateLimiter
+    live_limit: RateLimiter
+    audit: AuditLog
+    hub: LiveHub
+    origins: set[str]
+
+    @property
+    def cookie_name(self) -> str:
+        # __Host-: the browser refuses it unless Secure, Path=/ and no Domain
+        return "__Host-cs_session" if self.settings.cookie_secure else "cs_session"
+
+
+class LoginRequiredError(Exception):
+    """A page asked for by nobody: the app answers with a redirect to /login."""
+
+
+def context(conn: HTTPConnection) -> Context:
+    ctx: Context = conn.app.state.ctx
+    return ctx
+
+
+CtxDep = Annotated[Context, Depends(context)]
+
+
+def client_address(conn: HTTPConnection) -> str:
+    return conn.client.host if conn.client else "unknown"
+
+
+async def authenticate(conn: HTTPConnection, ctx: Context) -> Principal | None:
+    auth = conn.headers.get("authorization", "")
+    key = auth[7:].strip() if auth.lower().startswith("bearer ") else conn.headers.get("x-api-key")
+    if key:
+        return await ctx.api_keys.lookup(key)
+    cookie = conn.cookies.get(ctx.cookie_name)
+    if not cookie:
+        return None
+    session = await ctx.sessions.load(cookie)
+    if session is None:
+        return None
+    return Principal(session.user, session.role, "session", session.sid, session.csrf)
+
+
+async def check_csrf(request: Request, ctx: Context, who: Principal) -> None:
+    if request.method in SAFE_METHODS or who.kind != "session":
+        return
+    origin = request.headers.get("origin")
+    if origin is not None and origin.rstrip("/") not in ctx.origins:
+        raise HTTPException(403, "cross-origin request refused")
+    token = request.headers.get(CSRF_HEADER, "")
+    if not token and request.headers.get("content-type", "").startswith(
+        ("application/x-www-form-urlencoded", "multipart/form-data")
+    ):
+        token = str((await request.form()).get(CSRF_FIELD, ""))
+    if not tokens_equal(token, who.csrf):
+        raise HTTPException(403, "missing or wrong CSRF token")
+
+
+def _require(role: Role, page: bool) -> Callable[[Request, Context], Awaitable[Principal]]:
+    async def dependency(request: Request, ctx: CtxDep) -> Principal:
+        who = await authenticate(request, ctx)
+        if who is None:
+            if page:
+                raise LoginRequiredError()
+            raise HTTPException(401, "not authenticated", headers={"WWW-Authenticate": "Bearer"})
+        if who.role < role:
+            raise HTTPException(403, f"needs the {role.label} role")
+        await check_csrf(request, ctx, who)
+        return who
+
+    return dependency
+
+
+def api(role: Role) -> object:
+    return Depends(_require(role, page=False))
+
+
+def page(role: Role) -> object:
+    return Depends(_require(role, page=True))
+
+
+Viewer = Annotated[Principal, api(Role.VIEWER)]
+Analyst = Annotated[Principal, api(Role.ANALYST)]
+Admin = Annotated[Principal, api(Role.ADMIN)]
+PageViewer = Annotated[Principal, page(Role.VIEWER)]
+PageAnalyst = Annotated[Principal, page(Role.ANALYST)]
+PageAdmin = Annotated[Principal, page(Role.ADMIN)]

@@ -1,0 +1,111 @@
+"""The live feed: one reader per process fans new alerts and call events out to every
+connected WebSocket client (DESIGN §7).
+
+One ``XREAD BLOCK`` loop on the alert and event streams, whatever the number of
+clients; each client has a bounded queue, and a client that falls that far behind is
+disconnected (it reconnects and reloads) instead of slowing the others. Payloads are
+the API's public models: phone numbers masked. Triage changes made through this process
+are pushed too (``publish``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import redis.asyncio
+
+from dashboard.masking import mask_ids
+from dashboard.schemas import AlertPublic
+from detectors.alert_schema import Alert, CallEvent
+from detectors.bus.codec import decode
+from detectors.bus.keys import Keys
+
+log = logging.getLogger(__name__)
+
+
+class LiveClient:
+    def __init__(self, size: int) -> None:
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=size)
+        self.overflowed = asyncio.Event()
+
+    def offer(self, message: dict[str, Any]) -> None:
+        try:
+            self.queue.put_nowait(message)
+        except asyncio.QueueFull:
+            self.overflowed.set()
+
+
+class LiveHub:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, queue_size: int) -> None:
+        self._r, self._keys, self._size = client, keys, queue_size
+        self.clients: set[LiveClient] = set()
+        self.last_alert_id: str | None = None
+        self.fanned_out = 0
+        self.errors = 0
+
+    def connect(self) -> LiveClient:
+        client = LiveClient(self._size)
+        self.clients.add(client)
+        return client
+
+    def disconnect(self, client: LiveClient) -> None:
+        self.clients.discard(client)
+
+    def publish(self, message: dict[str, Any]) -> None:
+        for client in list(self.clients):
+            client.offer(message)
+        self.fanned_out += 1
+
+    @staticmethod
+    def message(fields: dict[bytes, bytes]) -> dict[str, Any] | None:
+        try:
+            msg = decode(fields)
+        except ValueError:
+            return None
+        if isinstance(msg, Alert):
+            return {"type": "alert", "alert": AlertPublic.of(msg).model_dump(mode="json")}
+        if isinstance(msg, CallEvent):
+            return {
+                "type": "call",
+                "call": {
+                    "call_id": msg.call_id,
+                    "event": msg.event,
+                    "at": msg.at.isoformat(),
+                    "external_ids": mask_ids(msg.external_ids),
+                },
+            }
+        return None
+
+    async def _start_ids(self) -> dict[str, str]:
+        ids = {}
+        for key in (self._keys.alerts, self._keys.events):
+            entries: Any = await self._r.xrevrange(key, count=1)
+            ids[key] = entries[0][0].decode() if entries else "0-0"
+        self.last_alert_id = ids[self._keys.alerts]
+        return ids
+
+    async def run(self, block_ms: int = 1000) -> None:
+        """Reads until cancelled; survives Redis going away (retries each second)."""
+        ids: dict[str, str] | None = None
+        replies: Any
+        while True:
+            try:
+                if ids is None:
+                    ids = await self._start_ids()
+                replies = await self._r.xread(ids, block=block_ms, count=500)  # type: ignore[arg-type]
+            except (redis.RedisError, OSError) as exc:
+                self.errors += 1
+                log.warning("live feed: redis unavailable (%s); retrying", type(exc).__name__)
+                await asyncio.sleep(1.0)
+                continue
+            for stream, entries in replies:
+                key = stream.decode()
+                for entry_id, fields in entries:
+                    ids[key] = entry_id.decode()
+                    message = self.message(fields)
+                    if message is not None:
+                        self.publish(message)
+                if key == self._keys.alerts:
+                    self.last_alert_id = ids[key]

@@ -1,0 +1,174 @@
+"""The HTML pages: server-rendered (Jinja2), with ``static/app.js`` for the live feed
+and the triage buttons (which call the REST API with the page's CSRF token)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from dashboard import chart
+from dashboard.auth import Principal
+from dashboard.deps import CtxDep, PageAdmin, PageViewer
+from dashboard.routes.auth import log_in, set_session_cookie
+from detectors.alert_schema import Band
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent.parent / "templates")
+LOGIN_CSRF_COOKIE = "cs_login_csrf"
+
+
+def render(
+    request: Request, name: str, who: Principal | None, code: int = 200, **values: Any
+) -> HTMLResponse:
+    values.update(who=who, csrf=who.csrf if who else "")
+    return templates.TemplateResponse(request, name, values, status_code=code)
+
+
+@router.get("/login")
+async def login_page(request: Request, ctx: CtxDep, error: str = "") -> Response:
+    token = secrets.token_urlsafe(24)
+    response = render(request, "login.html", None, error=error[:100], login_csrf=token)
+    response.set_cookie(
+        LOGIN_CSRF_COOKIE,
+        token,
+        max_age=600,
+        path="/login",
+        secure=ctx.settings.cookie_secure,
+        httponly=True,
+        samesite="strict",
+    )
+    return response
+
+
+@router.post("/login")
+async def login_form(
+    request: Request,
+    ctx: CtxDep,
+    username: str = Form(max_length=64),
+    password: str = Form(max_length=1024),
+    csrf_token: str = Form(""),
+) -> Response:
+    """The login form; a double-submit token (cookie + field) stops login CSRF."""
+    cookie = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    if not cookie or not secrets.compare_digest(cookie, csrf_token):
+        raise HTTPException(403, "missing or wrong CSRF token")
+    try:
+        _, session_cookie = await log_in(ctx, request, username, password)
+    except HTTPException as exc:
+        status = exc.status_code
+        token = secrets.token_urlsafe(24)
+        message = (
+            "Too many attempts; wait a minute." if status == 429 else "Wrong username or password."
+        )
+        response: Response = render(
+            request, "login.html", None, status, error=message, login_csrf=token
+        )
+        response.set_cookie(
+            LOGIN_CSRF_COOKIE,
+            token,
+            max_age=600,
+            path="/login",
+            secure=ctx.settings.cookie_secure,
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+    response = RedirectResponse("/", status_code=303)
+    set_session_cookie(ctx, response, session_cookie)
+    response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+    return response
+
+
+@router.post("/logout")
+async def logout_form(who: PageViewer, ctx: CtxDep) -> Response:
+    if who.sid:
+        await ctx.sessions.delete(who.sid)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(
+        ctx.cookie_name, path="/", secure=ctx.settings.cookie_secure, httponly=True
+    )
+    return response
+
+
+@router.get("/")
+async def calls_page(
+    request: Request, who: PageViewer, ctx: CtxDep, band: Band | None = None
+) -> Response:
+    calls = await ctx.store.live_calls(band=band)
+    return render(request, "calls.html", who, calls=calls, band=band, page="calls")
+
+
+@router.get("/alerts")
+async def alerts_page(
+    request: Request,
+    who: PageViewer,
+    ctx: CtxDep,
+    status: str | None = None,
+    band: Band | None = None,
+) -> Response:
+    status = status if status in ("new", "acknowledged") else None
+    alerts = await ctx.store.alerts(status=status, band=band)
+    users = [u["username"] for u in await ctx.users.list()]
+    return render(
+        request,
+        "alerts.html",
+        who,
+        alerts=alerts,
+        users=users,
+        status=status,
+        band=band,
+        page="alerts",
+    )
+
+
+@router.get("/calls/{call_id}")
+async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep) -> Response:
+    detail = await ctx.store.call_detail(call_id)
+    if detail is None:
+        return render(request, "error.html", who, 404, message="No such call.")
+    threshold = max((a.threshold for a in detail.alerts), default=None)
+    comments = {a.alert_id: await ctx.store.comments(a.alert_id) for a in detail.alerts}
+    return render(
+        request,
+        "call.html",
+        who,
+        detail=detail,
+        chart=chart.build(detail.timeline, threshold),
+        comments=comments,
+        page="calls",
+    )
+
+
+@router.get("/system")
+async def system_page(request: Request, who: PageViewer, ctx: CtxDep) -> Response:
+    found = await ctx.store.health()
+    return render(
+        request, "system.html", who, health=found, clients=len(ctx.hub.clients), page="system"
+    )
+
+
+@router.get("/audit")
+async def audit_page(request: Request, who: PageAdmin, ctx: CtxDep) -> Response:
+    return render(request, "audit.html", who, entries=await ctx.audit.recent(200), page="audit")
+
+
+@router.get("/api/v1/docs")
+async def api_docs(request: Request, who: PageViewer) -> Response:
+    """The API reference, rendered from the OpenAPI document (no Swagger UI download)."""
+    spec = request.app.openapi()
+    ops = [
+        {
+            "method": method.upper(),
+            "path": path,
+            "summary": op.get("summary", ""),
+            "doc": op.get("description", ""),
+        }
+        for path, methods in spec["paths"].items()
+        for method, op in methods.items()
+    ]
+    return render(request, "docs.html", who, ops=ops, page="docs")

@@ -1,0 +1,90 @@
+"""Health (the one anonymous route), system health, the live feed and the API docs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request, WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from dashboard.auth import Role
+from dashboard.deps import CtxDep, Viewer, authenticate, client_address, context
+from dashboard.schemas import Health
+
+router = APIRouter(tags=["system"])
+health_router = APIRouter(tags=["system"])
+
+
+@health_router.get("/health")
+async def health() -> dict[str, str]:
+    """Liveness: anonymous, and says nothing else."""
+    return {"status": "ok"}
+
+
+@router.get("/system")
+async def system_health(who: Viewer, ctx: CtxDep) -> Health:
+    """Redis reachable, stream lengths, ages and consumer-group lag, live-feed state."""
+    found = await ctx.store.health()
+    found.live_feed_clients = len(ctx.hub.clients)
+    last = found.streams.get("alerts")
+    if last is not None and last.last_id and ctx.hub.last_alert_id is not None:
+        found.live_feed_behind = int(last.last_id != ctx.hub.last_alert_id)
+    return found
+
+
+@router.get("/openapi.json", include_in_schema=False)
+async def openapi(who: Viewer, request: Request) -> dict[str, Any]:
+    """The OpenAPI document (logged-in users only)."""
+    spec: dict[str, Any] = request.app.openapi()
+    return spec
+
+
+@router.websocket("/live")
+async def live(websocket: WebSocket) -> None:
+    """New alerts, call events and triage changes as JSON messages. The Origin must be
+    on the allowlist when sent (a browser always sends it; only API-key clients may
+    omit it); any role may listen; 1008 (policy) closes refusals before accept, which
+    the handshake answers with 403."""
+    ctx = context(websocket)
+    who = await authenticate(websocket, ctx)
+    origin = websocket.headers.get("origin")
+    allowed = (
+        origin.rstrip("/") in ctx.origins if origin else who is not None and who.kind == "api_key"
+    )
+    if not allowed or who is None or who.role < Role.VIEWER:
+        await websocket.close(code=1008)
+        return
+    if not await ctx.live_limit.hit("live", client_address(websocket)):
+        await websocket.close(code=1008)
+        return
+    await websocket.accept()
+    client = ctx.hub.connect()
+    receiver = asyncio.ensure_future(websocket.receive())
+    overflow = asyncio.ensure_future(client.overflowed.wait())
+    try:
+        while True:
+            getter = asyncio.ensure_future(client.queue.get())
+            done, _ = await asyncio.wait(
+                {getter, receiver, overflow}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if receiver in done:
+                if receiver.result()["type"] == "websocket.disconnect":
+                    getter.cancel()
+                    break
+                receiver = asyncio.ensure_future(websocket.receive())  # ignore client chatter
+            if overflow in done:
+                getter.cancel()
+                break  # fell too far behind: it reconnects and reloads
+            if getter in done:
+                await websocket.send_json(getter.result())
+            else:
+                getter.cancel()
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        receiver.cancel()
+        overflow.cancel()
+        ctx.hub.disconnect(client)
+        if client.overflowed.is_set():
+            await websocket.close(code=1013)

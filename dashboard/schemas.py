@@ -1,0 +1,203 @@
+"""What the API returns and accepts (pydantic at the trust boundary).
+
+Public models are built from the wire schema (``detectors.alert_schema``) with every
+phone number masked; nothing here carries a raw number except ``RevealedNumbers``,
+which only the audited reveal route returns.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from dashboard.masking import mask_ids, mask_number, mask_text
+from detectors.alert_schema import Alert, Band, CallState, Dimension, Reason
+
+BAND_RANK: dict[Band, int] = {Band.LOW: 0, Band.ELEVATED: 1, Band.HIGH: 2}
+Label = Literal["true_positive", "false_positive"]
+
+
+class ReasonPublic(BaseModel):
+    dimension: Dimension
+    start_s: float
+    end_s: float
+    score: float
+    detail: str
+
+    @classmethod
+    def of(cls, reason: Reason) -> ReasonPublic:
+        return cls(
+            dimension=reason.dimension,
+            start_s=reason.start_s,
+            end_s=reason.end_s,
+            score=reason.score,
+            detail=mask_text(reason.detail),
+        )
+
+
+class Triage(BaseModel):
+    status: Literal["new", "acknowledged"] = "new"
+    assignee: str | None = None
+    ack_by: str | None = None
+    ack_at: float | None = None
+    label: Label | None = None
+    labelled_by: str | None = None
+
+
+class AlertPublic(BaseModel):
+    alert_id: str
+    revision: int
+    call_id: str
+    correlation_id: str | None
+    external_ids: dict[str, str]
+    tenant: str
+    node_id: str
+    dimension: Dimension
+    band: Band
+    score: float
+    threshold: float
+    episode: int
+    reasons: list[ReasonPublic]
+    call_state: CallState
+    created_at: datetime
+    updated_at: datetime
+    policy_version: str
+    model_versions: dict[str, str]
+    provider: str
+    triage: Triage = Triage()
+
+    @classmethod
+    def of(cls, alert: Alert, triage: Triage | None = None) -> AlertPublic:
+        return cls(
+            alert_id=alert.alert_id,
+            revision=alert.revision,
+            call_id=alert.call_id,
+            correlation_id=mask_ids({"c": alert.correlation_id})["c"]
+            if alert.correlation_id
+            else None,
+            external_ids=mask_ids(alert.external_ids),
+            tenant=alert.tenant,
+            node_id=alert.node_id,
+            dimension=alert.dimension,
+            band=alert.band,
+            score=alert.score,
+            threshold=alert.threshold,
+            episode=alert.episode,
+            reasons=[ReasonPublic.of(r) for r in alert.reasons],
+            call_state=alert.call_state,
+            created_at=alert.created_at,
+            updated_at=alert.updated_at,
+            policy_version=alert.policy_version,
+            model_versions=dict(alert.model_versions),
+            provider=alert.provider,
+            triage=triage or Triage(),
+        )
+
+
+class CallPublic(BaseModel):
+    call_id: str
+    state: str  # the last call event: started, updated, held, resumed, ended
+    at: datetime | None
+    correlation_id: str | None = None
+    external_ids: dict[str, str] = Field(default_factory=dict)
+    ani: str = ""  # masked
+    dnis: str = ""  # masked
+    band: Band = Band.LOW
+    dimension: Dimension | None = None  # the dimension behind the band
+    score: float | None = None
+    alerts: int = 0
+
+    @staticmethod
+    def masked(value: str) -> str:
+        return mask_number(value)
+
+
+class TimelinePoint(BaseModel):
+    t: float  # window end, seconds from the call's start
+    score: float
+
+
+class CallDetail(BaseModel):
+    call: CallPublic
+    alerts: list[AlertPublic]
+    timeline: dict[str, list[TimelinePoint]]
+    abstentions: dict[str, int]
+    concealed_ratio: float | None
+    jitter_ms: float | None
+
+
+class Comment(BaseModel):
+    by: str
+    at: float
+    text: str
+
+
+class AssignIn(BaseModel):
+    assignee: str = Field(min_length=1, max_length=64)
+
+
+class CommentIn(BaseModel):
+    text: str = Field(min_length=1, max_length=2000)
+
+
+class LabelIn(BaseModel):
+    label: Label
+    note: str = Field(default="", max_length=500)
+
+
+class RevealIn(BaseModel):
+    reason: str = Field(min_length=3, max_length=200)
+
+
+class RevealedNumbers(BaseModel):
+    call_id: str
+    ani: str
+    dnis: str
+    external_ids: dict[str, str]
+
+
+class LoginIn(BaseModel):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class Me(BaseModel):
+    name: str
+    role: str
+    kind: str
+    csrf_token: str = ""
+
+
+class UserIn(BaseModel):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=12, max_length=1024)
+    role: Literal["viewer", "analyst", "admin"]
+
+
+class ApiKeyIn(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    role: Literal["viewer", "analyst", "admin"]
+
+
+class ApiKeyCreated(BaseModel):
+    id: str
+    key: str  # shown once
+
+
+class StreamHealth(BaseModel):
+    length: int
+    last_id: str | None
+    last_age_s: float | None
+    groups: list[dict[str, int | str | None]] = Field(default_factory=list)
+
+
+class Health(BaseModel):
+    redis_ok: bool
+    redis_version: str | None = None
+    error: str | None = None
+    streams: dict[str, StreamHealth] = Field(default_factory=dict)
+    live_calls: int = 0
+    live_feed_clients: int = 0
+    live_feed_behind: int | None = None  # alert entries not yet fanned out

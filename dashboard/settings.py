@@ -1,0 +1,68 @@
+"""The dashboard's one ``Settings`` class (pydantic-settings; read when built, never at
+import). Every field reads ``CALLSHIELD_DASHBOARD_<FIELD>``.
+
+The session key comes from a file (preferred) or the environment, never from Redis:
+whoever can write Redis must not be able to mint sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_MIN_KEY_BYTES = 32
+
+
+class DashboardSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CALLSHIELD_DASHBOARD_", extra="ignore")
+
+    listen: str = "127.0.0.1:8080"
+    # the session-signing key: a file (created 0600 with a random key when it does not
+    # exist and no key is set) or the environment
+    session_key_file: Path | None = None
+    session_key: SecretStr | None = None
+    # Secure cookies (``__Host-`` prefix): on by default; off only for http://localhost
+    cookie_secure: bool = True
+    session_idle_s: int = Field(default=30 * 60, ge=10)  # sliding
+    session_max_s: int = Field(default=12 * 3600, ge=60)  # absolute
+    # origins the live feed accepts (ASVS 4.4.2); the listen address is always added
+    allowed_origins: list[str] = Field(default_factory=list)
+    login_attempts: int = Field(default=5, ge=1)  # per client address and per user ...
+    login_window_s: int = Field(default=60, ge=1)  # ... in this window, then 429
+    live_connects: int = Field(default=30, ge=1)  # live-feed connects per address/window
+    live_queue: int = Field(default=1000, ge=1)  # per client; a slower client is dropped
+    alerts_scan: int = Field(default=2000, ge=10)  # newest alert entries the views read
+    scores_scan: int = Field(default=20_000, ge=10)  # newest score entries (call timeline)
+    audit_maxlen: int = Field(default=1_000_000, ge=1000)  # approximate
+
+    def origins(self) -> set[str]:
+        """The live feed's Origin allowlist: the configured ones and the listen address."""
+        host, _, port = self.listen.rpartition(":")
+        scheme = "https" if self.cookie_secure else "http"
+        found = {o.rstrip("/") for o in self.allowed_origins}
+        found.add(f"{scheme}://{host}:{port}")
+        if host in ("127.0.0.1", "::1", "localhost"):
+            found.add(f"{scheme}://localhost:{port}")
+            found.add(f"{scheme}://127.0.0.1:{port}")
+        return found
+
+    def load_session_key(self, state_dir: Path) -> bytes:
+        """The session key: the environment's, the file's, or a new random key written
+        0600 to ``<state dir>/dashboard/session.key``. Short keys are refused."""
+        if self.session_key is not None:
+            key = self.session_key.get_secret_value().encode()
+        else:
+            path = self.session_key_file or state_dir / "dashboard" / "session.key"
+            if not path.exists() and self.session_key_file is None:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_urlsafe(48))
+            key = path.read_bytes().strip()
+        if len(key) < _MIN_KEY_BYTES:
+            raise ValueError(f"dashboard session key is shorter than {_MIN_KEY_BYTES} bytes")
+        return key
