@@ -2,7 +2,8 @@
 # Install everything CallShield's build and tests need, from a clean Debian 12 machine:
 #   1. Debian packages (apt), skipping those already installed;
 #   2. a Python 3.11 virtual environment in .venv (created if missing);
-#   3. `pip install -e '.[dev]'`, which also compiles the native C core with cffi
+#   3. `pip install -e '.[dev,convert]'` (convert: torch for offline model conversion, from
+#      the local wheel), which also compiles the native C core with cffi
 #      (setup.py's cffi_modules) into native/_cs_native*.so.
 #
 # Usage (from anywhere; it works on the repository this script lives in):
@@ -100,13 +101,13 @@ ensure_venv() {
 
 # --- 3. the package, its dev extras and the native core ----------------------------
 install_python_package() {
-    log "pip install -e '.[dev]' (compiles native/src/*.c via cffi)"
+    log "pip install -e '.[dev,convert]' (compiles native/src/*.c via cffi)"
     # The module must be (re)built by this very install: a stale one from an earlier build
     # would hide a compile that went elsewhere or not at all.
     local marker so
     marker="$(mktemp)"
     sleep 1 # mtime granularity: anything built from here on is strictly newer
-    "$VENV/bin/python" -m pip install -q -e '.[dev]'
+    "$VENV/bin/python" -m pip install -q -e '.[dev,convert]'
 
     so="$(find native -maxdepth 1 -name '_cs_native*.so' -newer "$marker" -print -quit)"
     [[ -n "$so" ]] || die "pip install -e did not (re)build native/_cs_native*.so"

@@ -1,4 +1,5 @@
-"""``callshield models list | verify | install | build-fixtures``: the models directory.
+"""``callshield models list | verify | install | build-fixtures | import-aasist``: the models
+directory.
 
 Nothing is downloaded: ``install`` copies a local ONNX file and its manifest (checked by
 sha256); ``build-fixtures`` (a dev command, needs the ``onnx`` package) builds the
@@ -33,6 +34,13 @@ def add_parser(sub: Any, name: str) -> None:
         "build-fixtures", help="dev: build the runtime test fixtures (not detectors)"
     )
     p.add_argument("--tiny", action="store_true", help="small variants, for tests")
+    p = verbs.add_parser(
+        "import-aasist",
+        help="convert an official AASIST / AASIST-L checkpoint to ONNX (needs the convert extra)",
+    )
+    p.add_argument("checkpoint", type=Path, help="the authors' .pth state dict (your own copy)")
+    p.add_argument("--variant", choices=["AASIST", "AASIST-L"], help="default: from the weights")
+    p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
     parser.set_defaults(run=run)
 
 
@@ -53,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
                 "fixture": i.manifest.fixture,
                 "licence": i.manifest.licence,
                 "sha256": i.manifest.sha256,
+                "cpu_ms_per_window": _cpu_ms(i),
             }
             for i in store.installed()
         ]
@@ -65,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
                 print(
                     f"  {r['name']} {r['version']}  {r['dimension']}  {r['rate']} Hz  "
                     f"window {r['window_s']:.2f} s hop {r['hop_s']:.2f} s  {r['licence']}{tag}"
+                )
+                cost = r["cpu_ms_per_window"]
+                print(
+                    "    CPU per window (1 thread, this machine): "
+                    + (f"{cost:.1f} ms" if cost is not None else "n/a (unverified or broken)")
                 )
         return 0
     if args.verb == "verify":
@@ -91,4 +105,22 @@ def run(args: argparse.Namespace) -> int:
                 f"built {installed.manifest.key} (runtime test fixture) -> {installed.model_path}"
             )
         return 0
+    if args.verb == "import-aasist":
+        from detectors.aasist.importer import run_cli
+
+        return run_cli(args.checkpoint, args.out or root, args.variant)
     raise AssertionError(args.verb)
+
+
+def _cpu_ms(installed: Any) -> float | None:
+    """Per-window CPU cost measured here; None when the file does not match its manifest's
+    sha256 (never load an unverified model) or does not load or run."""
+    from detectors.manifest import sha256_file
+    from detectors.model_cost import cpu_ms_per_window
+
+    try:
+        if sha256_file(installed.model_path) != installed.manifest.sha256:
+            return None
+        return round(cpu_ms_per_window(installed.manifest, installed.model_path), 2)
+    except Exception:
+        return None
