@@ -125,6 +125,44 @@ class ScoreUpdate(_Wire):
     provider: str = ""
 
 
+class LegCoverage(_Wire):
+    """What one leg's jitter buffer played out over the call (20 ms frames by kind)."""
+
+    role: LegRole
+    media_s: Seconds = 0.0  # decoded from received audio
+    concealed_s: Seconds = 0.0  # loss or underrun concealed
+    cng_s: Seconds = 0.0  # comfort noise / DTX
+    paused_s: Seconds = 0.0  # secure pause / hold: discarded, not loss
+    not_started_s: Seconds = 0.0  # before the first packet (or while prefetching)
+    time_to_first_packet_s: Seconds | None = None  # None: no media at all
+    packets_received: int = Field(default=0, ge=0)
+    packets_lost: int = 0  # RFC 3550 cumulative (negative with duplicates)
+    packets_late: int = Field(default=0, ge=0)
+    analysed: bool = False  # its audio reached at least one detector
+
+
+class DimensionCoverage(_Wire):
+    """How much of a call one dimension actually analysed."""
+
+    windows: int = Field(default=0, ge=0)
+    scored_windows: int = Field(default=0, ge=0)
+    analysed_speech_s: Seconds = 0.0  # net speech in scored windows, overlaps counted once
+    abstentions: dict[Abstention, int] = Field(default_factory=dict)
+    unavailable: dict[str, int] = Field(default_factory=dict)  # error, deadline, overrun, stale
+
+
+class CallCoverage(_Wire):
+    """Published at hang-up with the ``ended`` event (DESIGN §8): silent loss of
+    coverage must be visible."""
+
+    duration_s: Seconds = 0.0
+    analysed: bool = True
+    unanalyzed: str = ""  # why not (e.g. capacity: shed under overload)
+    detectors: dict[str, str] = Field(default_factory=dict)  # name -> version running
+    legs: dict[str, LegCoverage] = Field(default_factory=dict)
+    dimensions: dict[Dimension, DimensionCoverage] = Field(default_factory=dict)
+
+
 class CallEvent(_Wire):
     schema_version: Literal["1.0"] = SCHEMA_VERSION
     kind: Literal["call_event"] = "call_event"
@@ -135,6 +173,7 @@ class CallEvent(_Wire):
     correlation_id: str | None = None
     external_ids: dict[str, str] = Field(default_factory=dict)
     legs: dict[str, LegRole] = Field(default_factory=dict)
+    coverage: CallCoverage | None = None  # on ``ended`` only
 
 
 def alert_id_for(call_key: str, dimension: Dimension, episode: int) -> str:

@@ -1,7 +1,9 @@
 """``callshield bridge``: the media process. SIP/SIPREC calls are answered by the UAS,
 their RTP lands on native ingest streams (one per leg), a 20 ms playout clock pulls
-every leg in one batch call and hands the frames to a sink (detectors: issue 5), and
-call events go to a publisher (Redis: issue 7).
+every leg in one batch call and hands the frames to the detector runtime, and scores,
+alerts and call events go to Redis (``sip_bridge.wiring``: models, runtime, bus,
+/metrics and /ready). Without a ``wiring`` (unit tests) frames go to ``sink`` and
+events to ``publisher``.
 
 SIGTERM/SIGINT drain: plain SIP INVITEs and OPTIONS get 503 + Retry-After, SIPREC is
 still answered (``unanalyzed:capacity``), live calls may finish until
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from detectors.model_store import ModelSettings
 from native.ingest import Ingest
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
@@ -27,6 +30,7 @@ from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
 from sip_bridge.sip.transport import SipServer
 from sip_bridge.sip.uas import SipUas, UasConfig
+from sip_bridge.wiring import Wiring
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ class Bridge:
     settings: Settings
     sink: FrameSink = field(default_factory=CountingSink)
     publisher: CallPublisher = field(default_factory=MemoryPublisher)
+    wiring: Wiring | None = None
     ingest: Ingest = field(init=False)
     media: MediaEngine = field(init=False)
     controller: CallController = field(init=False)
@@ -51,6 +56,9 @@ class Bridge:
         host, port = s.sip_address
         low, high = s.rtp_range
         self.ingest = Ingest(max_streams=s.max_streams)
+        analysis = self.wiring.attach(self.ingest) if self.wiring is not None else None
+        if analysis is not None:
+            self.sink = self.publisher = analysis
         ports = PortRange(low, high, quarantine_s=2 * s.rtp_timeout_s)
         self.media = MediaEngine(
             self.ingest,
@@ -59,7 +67,7 @@ class Bridge:
             host=s.rtp_host or host,
             max_delay_ms=s.jitter_max_delay_ms,
         )
-        self.controller = CallController(self.media, self.publisher)
+        self.controller = CallController(self.media, self.publisher, analysis)
         config = UasConfig(
             host=s.advertised_address or host,
             port=port,
@@ -77,7 +85,13 @@ class Bridge:
     async def serve(self) -> None:
         self.ingest.start()
         self.media.start()
-        await self.server.start()
+        try:
+            if self.wiring is not None:  # pre-warm before the first call is answered
+                await asyncio.to_thread(self.wiring.start, self.media.playout_alive)
+            await self.server.start()
+        except BaseException:
+            await self._close()
+            raise
         if self.settings.sip_address[1] == 0:  # an ephemeral port: advertise the real one
             self.uas.config = replace(self.uas.config, port=self.server.port)
         log.info("bridge listening for SIP on UDP and TCP port %d", self.server.port)
@@ -86,9 +100,14 @@ class Bridge:
             await self.stop_requested.wait()
             await self._drain()
         finally:
-            await self.server.close()
-            self.media.stop()
-            self.ingest.close()
+            await self._close()
+
+    async def _close(self) -> None:
+        await self.server.close()
+        self.media.stop()
+        self.ingest.close()
+        if self.wiring is not None:
+            await asyncio.to_thread(self.wiring.close)
 
     def request_stop(self) -> None:
         """Begin draining (what SIGTERM does); thread-unsafe: call on the loop."""
@@ -120,6 +139,15 @@ def add_parser(sub: Any, name: str) -> None:
     parser.add_argument("--advertised-address", help="address put in SDP and Contact")
     parser.add_argument("--rtp-timeout", type=float, dest="rtp_timeout_s")
     parser.add_argument("--drain-timeout", type=float, dest="drain_timeout_s")
+    parser.add_argument("--http-listen", help="host:port for /metrics, /ready, /health")
+    parser.add_argument("--models-dir", type=Path, help="default: $CALLSHIELD_MODELS_DIR")
+    parser.add_argument(
+        "--dev-fixture-models",
+        nargs="?",
+        const="tiny",
+        choices=("tiny", "full"),
+        help="demos/tests: build and load the fixture models (random weights, NOT detectors)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -131,8 +159,11 @@ def run(args: argparse.Namespace) -> int:
         advertised_address=args.advertised_address,
         rtp_timeout_s=args.rtp_timeout_s,
         drain_timeout_s=args.drain_timeout_s,
+        http_listen=args.http_listen,
+        dev_fixture_models=args.dev_fixture_models,
     )
-    bridge = Bridge(settings)
+    models = ModelSettings(models_dir=args.models_dir) if args.models_dir else ModelSettings()
+    bridge = Bridge(settings, wiring=Wiring(settings, models=models))
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

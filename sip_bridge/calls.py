@@ -100,6 +100,18 @@ class MemoryPublisher:
             return [e for e, _ in self.events if e.call_id == call_id]
 
 
+class CallAdmission(Protocol):
+    """Whether a new call gets analysed (the detector runtime's capacity, DESIGN §8)."""
+
+    def admit(self, call: Call) -> str:
+        """ "" to analyse, else the ``unanalyzed`` reason; CapacityError refuses it."""
+        ...
+
+    def release(self, call: Call) -> None:
+        """The admitted call did not start after all."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class CallSetup:
     kind: str
@@ -121,9 +133,15 @@ def _payload_types(stream: NegotiatedStream) -> list[PayloadType]:
 
 
 class CallController:
-    def __init__(self, media: MediaBackend, publisher: CallPublisher) -> None:
+    def __init__(
+        self,
+        media: MediaBackend,
+        publisher: CallPublisher,
+        admission: CallAdmission | None = None,
+    ) -> None:
         self.media = media
         self.publisher = publisher
+        self.admission = admission
         self.calls: dict[str, Call] = {}
         self.draining = False
 
@@ -150,11 +168,17 @@ class CallController:
         )
         if metadata is not None:
             self._apply_metadata(call, metadata)
+        admitted = self.admission is not None and not unanalyzed
+        if admitted and self.admission is not None:
+            call.unanalyzed = unanalyzed = self.admission.admit(call)  # may refuse
+            admitted = not unanalyzed
         try:
             ports = self._sync_legs(call, streams, metadata)
         except CapacityError:
             for leg_id in list(call.legs):
                 self.media.close_leg(leg_id)
+            if admitted and self.admission is not None:
+                self.admission.release(call)
             raise
         for leg in call.legs.values():
             if leg.index in setup.leg_roles:

@@ -209,6 +209,10 @@ class MediaEngine:
         self._thread = threading.Thread(target=self._playout, name="playout", daemon=True)
         self._thread.start()
 
+    def playout_alive(self) -> bool:
+        """The playout thread is running (liveness)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

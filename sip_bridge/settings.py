@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     reject_siprec_when_draining: bool = False
     max_streams: int = 2048
     jitter_max_delay_ms: int = 300
+    # analysis (sip_bridge.wiring): the HTTP port for /metrics, /ready, /health ("" off),
+    # detector threads, calls analysed at most, and the dev fixture models ("tiny",
+    # "full"; "" = only the installed models)
+    http_listen: str = "127.0.0.1:9464"
+    detector_workers: int = Field(default=2, ge=1)
+    max_analysed_calls: int = Field(default=200, ge=0)
+    dev_fixture_models: Literal["", "tiny", "full"] = ""
     control_api_token: SecretStr | None = None  # bearer token of the control API (RTP attach)
 
     @field_validator("sip_listen")

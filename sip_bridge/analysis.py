@@ -1,0 +1,302 @@
+"""The bridge's seam to the detectors and the bus: one object that is the media
+engine's frame sink, the call controller's publisher and its admission.
+
+- Admission (signalling thread): a new call asks the detector runtime for a slot.
+  Without one, plain SIP is refused (CapacityError: 503 + Retry-After) and SIPREC is
+  answered but marked ``unanalyzed:capacity`` (DESIGN §8).
+- Call events (signalling thread): forwarded to the bus; they also say which legs the
+  runtime should analyse, with their roles (SIPREC metadata, vendor tracks, the API).
+  ``ended`` gets the call's coverage record attached.
+- Frames (playout thread, under the media engine's lock, so direct ``Ingest`` calls
+  are safe here): every tick goes to the runtime in one call; legs are registered with
+  its frame bank on this thread only (the bank is not thread-safe). The internal leg
+  is never registered: its audio never reaches a detector or a ring (DESIGN §2).
+  Jitter-buffer stats are read round-robin (every leg about twice a second) into the
+  bank, so every score carries late packets and jitter.
+
+Locks: ``_lock`` guards the leg tables and the bank against the signalling thread;
+the playout thread takes it inside the media lock, the signalling thread never holds
+it while calling the media engine. ``WindowTally``'s lock is a leaf.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from detectors.alert_schema import Alert, CallCoverage, CallEvent, LegRole, ScoreUpdate
+from detectors.contract import WindowResult
+from detectors.runtime import DetectorRuntime
+from native.ingest import Ingest, PulledFrames
+from sip_bridge.calls import Call
+from sip_bridge.coverage import FrameTally, LegTally, WindowTally
+from sip_bridge.media import CapacityError
+
+log = logging.getLogger(__name__)
+STATS_EVERY_TICKS = 25  # each leg's jitter-buffer stats about every 0.5 s
+JB_SUM_FIELDS = (
+    "packets_received",
+    "packets_discarded",
+    "packets_late",
+    "concealed_samples",
+    "concealment_events",
+)
+
+
+class BusPublisher(Protocol):
+    """What the bridge needs of ``detectors.bus.publisher.AlertPublisher``."""
+
+    def publish_alert(self, alert: Alert) -> None: ...
+
+    def publish_score(self, score: ScoreUpdate) -> None: ...
+
+    def publish_event(self, event: CallEvent) -> None: ...
+
+
+@dataclass(slots=True)
+class _CallState:
+    call_id: str
+    started: float
+    analysed: bool
+    unanalyzed: str = ""
+    external_ids: dict[str, str] = field(default_factory=dict)
+    legs: dict[str, LegRole] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Registered:
+    call_id: str
+    stream_id: int
+    role: LegRole
+
+
+class Analysis:
+    def __init__(
+        self,
+        runtime: DetectorRuntime,
+        bus: BusPublisher,
+        ingest: Ingest,
+        windows: WindowTally | None = None,
+    ) -> None:
+        """``windows`` must be the tally the runtime's ``on_result`` feeds."""
+        self.runtime = runtime
+        self.bus = bus
+        self.ingest = ingest
+        self._lock = threading.Lock()
+        self._calls: dict[str, _CallState] = {}
+        self._wanted: dict[str, tuple[str, LegRole]] = {}  # leg id -> (call id, role)
+        self._registered: dict[str, _Registered] = {}  # leg id -> bank registration
+        self._tallies: dict[str, LegTally] = {}
+        self._frames = FrameTally()
+        self._windows = windows or WindowTally()
+        self._admitted: set[str] = set()
+        self._seen_legs: tuple[str, ...] = ()
+        self._dirty = False
+        self._tick = 0
+        self._jb_live: dict[str, dict[str, int]] = {}
+        self._jb_retired: dict[str, int] = dict.fromkeys(JB_SUM_FIELDS, 0)
+        self.ticks = 0
+        self.last_tick_ns = 0
+
+    # ---- admission (CallAdmission) -----------------------------------------------
+
+    def admit(self, call: Call) -> str:
+        """ "" to analyse the call, or why not; raises CapacityError to refuse it."""
+        decision = self.runtime.open_call(call.call_id, call.correlation_id)
+        if decision.analysed:
+            self._windows.open(call.call_id)
+            self._admitted.add(call.call_id)
+            return ""
+        if call.kind == "siprec":
+            log.warning("call %s: no detector capacity, answered unanalysed", call.call_id)
+            return "capacity"
+        raise CapacityError(f"no detector capacity ({decision.reason})")
+
+    def release(self, call: Call) -> None:
+        """The call was admitted but never started (its legs did not open)."""
+        self.runtime.end_call(call.call_id)
+        self._windows.take(call.call_id)
+        self._admitted.discard(call.call_id)
+
+    # ---- call events (CallPublisher) ---------------------------------------------
+
+    def publish(self, event: CallEvent, call: Call) -> None:
+        if event.event == "ended":
+            event = event.model_copy(update={"coverage": self._end(call)})
+        else:
+            self._update(call)
+        self.bus.publish_event(event)
+
+    def _update(self, call: Call) -> None:
+        with self._lock:
+            st = self._calls.get(call.call_id)
+            if st is None:
+                analysed = not call.unanalyzed and call.call_id in self._admitted
+                st = self._calls[call.call_id] = _CallState(
+                    call.call_id, time.monotonic(), analysed, call.unanalyzed
+                )
+            st.external_ids = dict(call.external_ids)
+            st.legs = {leg.leg_id: leg.role for leg in call.legs.values()}
+            for leg_id in [k for k, v in self._wanted.items() if v[0] == call.call_id]:
+                if leg_id not in st.legs:
+                    del self._wanted[leg_id]
+            for leg_id, role in st.legs.items():
+                tally = self._tallies.get(leg_id)
+                if tally is None:
+                    self._tallies[leg_id] = LegTally(role)
+                else:
+                    tally.role = role
+                if st.analysed:
+                    self._wanted[leg_id] = (call.call_id, role)
+            self._dirty = True
+
+    def _end(self, call: Call) -> CallCoverage:
+        if call.call_id not in self._calls:
+            self._update(call)  # ended before any other event reached us
+        with self._lock:
+            st = self._calls[call.call_id]
+            legs = set(st.legs) | {k for k, v in self._wanted.items() if v[0] == call.call_id}
+            self._frames.fold_rows(legs, self._tallies)
+            for leg_id in legs:
+                self._wanted.pop(leg_id, None)
+                reg = self._registered.pop(leg_id, None)
+                if reg is not None:
+                    self.runtime.bank.remove_leg(reg.stream_id)
+                self._retire_jb(leg_id)
+            tallies = {
+                leg_id: self._tallies.pop(leg_id) for leg_id in legs if leg_id in self._tallies
+            }
+            if call.call_id in self._admitted:
+                self._admitted.discard(call.call_id)
+                self.runtime.end_call(call.call_id)  # final alert revisions, admission
+            del self._calls[call.call_id]
+            self._dirty = True
+        dims = self._windows.take(call.call_id)
+        return CallCoverage(
+            duration_s=round(time.monotonic() - st.started, 3),
+            analysed=st.analysed,
+            unanalyzed=st.unanalyzed,
+            detectors={p.spec.name: p.spec.version for p in self.runtime.plans}
+            if st.analysed
+            else {},
+            legs={leg_id: t.coverage() for leg_id, t in sorted(tallies.items())},
+            dimensions=dims,
+        )
+
+    # ---- detector results and alerts -------------------------------------------------
+
+    def on_result(self, result: WindowResult) -> None:
+        """The runtime's per-window hook (detector threads)."""
+        self._windows.on_result(result)
+
+    def external_ids(self, call_id: str) -> dict[str, str]:
+        st = self._calls.get(call_id)
+        return dict(st.external_ids) if st is not None else {}
+
+    # ---- the tick (FrameSink) ----------------------------------------------------------
+
+    def on_frames(self, now_ns: int, legs: Sequence[str], frames: PulledFrames) -> None:
+        with self._lock:
+            rows = tuple(legs)
+            if legs is not self._seen_legs or self._dirty:
+                if rows != self._frames.rows:
+                    self._frames.relayout(rows, self._tallies)
+                self._seen_legs = legs if isinstance(legs, tuple) else rows
+                self._reconcile(frames)
+            self._frames.count(frames.infos["flag"], now_ns)
+            self._read_stats(frames)
+            self.runtime.on_frames(frames)
+            self._tick += 1
+        self.runtime.metrics.tick_lag.observe(max(0, time.monotonic_ns() - now_ns) / 1e9)
+        self.ticks += 1
+        self.last_tick_ns = now_ns
+
+    def _reconcile(self, frames: PulledFrames) -> None:
+        """Register legs with the bank as the signalling said, on this thread."""
+        self._dirty = False
+        bank = self.runtime.bank
+        sids = {leg: int(frames.ids[row]) for row, leg in enumerate(self._frames.rows)}
+        for leg_id, reg in list(self._registered.items()):
+            want = self._wanted.get(leg_id)
+            sid = sids.get(leg_id)
+            if want is None or sid != reg.stream_id or want[1] is LegRole.INTERNAL:
+                bank.remove_leg(reg.stream_id)
+                del self._registered[leg_id]
+            elif want[1] is not reg.role:
+                bank.set_role(reg.stream_id, want[1])
+                reg.role = want[1]
+        for leg_id, (call_id, role) in self._wanted.items():
+            sid = sids.get(leg_id)
+            if sid is None or leg_id in self._registered or role is LegRole.INTERNAL:
+                continue
+            try:
+                self.runtime.add_leg(call_id, sid, leg_id, role)
+            except (OverflowError, ValueError) as exc:
+                log.warning("leg %s not analysed: %s", leg_id, exc)
+                continue
+            self._registered[leg_id] = _Registered(call_id, sid, role)
+            tally = self._tallies.get(leg_id)
+            if tally is not None:
+                tally.analysed = True
+
+    def _read_stats(self, frames: PulledFrames) -> None:
+        rows = self._frames.rows
+        for row in range(self._tick % STATS_EVERY_TICKS, len(rows), STATS_EVERY_TICKS):
+            leg_id, sid = rows[row], int(frames.ids[row])
+            try:
+                st = self.ingest.stream_stats(sid)
+            except OSError:
+                continue
+            jitter_ms = float(st["jitter_rtp_units"]) / 8.0  # G.711: 8 kHz RTP clock
+            self.runtime.bank.update_leg_stats(sid, int(st["packets_late"]), jitter_ms)
+            tally = self._tallies.get(leg_id)
+            if tally is not None:
+                tally.packets_received = int(st["packets_received"])
+                tally.packets_lost = int(st["packets_lost"])
+                tally.packets_late = int(st["packets_late"])
+            self._jb_live[leg_id] = {k: int(st[k]) for k in JB_SUM_FIELDS}
+
+    def _retire_jb(self, leg_id: str) -> None:
+        last = self._jb_live.pop(leg_id, None)
+        if last is not None:
+            for k, v in last.items():
+                self._jb_retired[k] += v
+
+    def jitter_sums(self) -> Mapping[str, int]:
+        """Jitter-buffer counters summed over legs, ended legs included (for /metrics)."""
+        with self._lock:
+            out = dict(self._jb_retired)
+            for snap in self._jb_live.values():
+                for k, v in snap.items():
+                    out[k] += v
+        return out
+
+    @property
+    def live_calls(self) -> int:
+        return len(self._calls)
+
+
+class EnrichingPublisher:
+    """Fusion's publisher: alerts get the call's external ids (a PBX acts on its own
+    call) and are counted; everything goes on to the bus. ``analysis`` is set once
+    built (the runtime it feeds needs this publisher first)."""
+
+    def __init__(self, bus: BusPublisher) -> None:
+        self.bus = bus
+        self.analysis: Analysis | None = None
+
+    def publish_alert(self, alert: Alert) -> None:
+        if self.analysis is not None:
+            ids = self.analysis.external_ids(alert.call_id)
+            if ids and not alert.external_ids:
+                alert = alert.model_copy(update={"external_ids": ids})
+            metrics = self.analysis.runtime.metrics
+            metrics.alerts.labels(alert.dimension.value, alert.band.value).inc()
+        self.bus.publish_alert(alert)
+
+    def publish_score(self, score: ScoreUpdate) -> None:
+        self.bus.publish_score(score)

@@ -1,0 +1,263 @@
+"""Composition of the media process's analysis side: detector models, the detector
+runtime, the Redis bus (``REDIS_URL`` or the embedded, supervised ``redis-server``),
+the publisher with its outbox, and the HTTP status port. ``Bridge`` calls
+:meth:`Wiring.attach` with its ingest, then :meth:`Wiring.start` before it answers SIP
+and :meth:`Wiring.close` after it drained.
+
+Models come from the models directory (``CALLSHIELD_MODELS_DIR``, ``--models-dir``),
+verified by sha256. Fixture models there (``fixture: true``) are runtime test fixtures
+with random weights: never loaded as detectors, except that ``--dev-fixture-models``
+builds them in memory for demos and tests, and says so in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from detectors.admission import AdmissionConfig, OverloadPolicy
+from detectors.bus.connect import resolve_url, sync_client
+from detectors.bus.embedded import EmbeddedRedis, Supervisor
+from detectors.bus.publisher import AlertPublisher
+from detectors.bus.settings import BusSettings
+from detectors.contract import Detector
+from detectors.metrics import DetectorMetrics, render
+from detectors.model_store import ModelSettings, ModelStore
+from detectors.runtime import DetectorRuntime, RuntimeConfig
+from native.ingest import Ingest
+from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
+from sip_bridge.coverage import WindowTally
+from sip_bridge.http import StatusServer
+from sip_bridge.settings import Settings, split_host_port
+
+log = logging.getLogger(__name__)
+
+
+def load_detectors(models: ModelSettings, dev_fixtures: str = "") -> list[Detector]:
+    """The installed models (fixtures skipped) plus, with ``dev_fixtures`` ("tiny" or
+    "full"), the fixture models built in memory."""
+    from detectors.onnx_detector import OnnxDetector
+
+    store = ModelStore(models.models_dir)
+    detectors: list[Detector] = []
+    for name in sorted({i.manifest.name for i in store.installed()}):
+        try:
+            found = store.get(name)
+        except (LookupError, ValueError) as exc:
+            log.error("model %s not loaded: %s", name, exc)
+            continue
+        if found.manifest.fixture:
+            log.warning(
+                "model %s in %s is a runtime test fixture, not a detector: not loaded "
+                "(--dev-fixture-models builds fixtures for demos and tests)",
+                found.manifest.key,
+                models.models_dir,
+            )
+            continue
+        detectors.append(OnnxDetector(found.manifest, found.model_path))
+    if not detectors:
+        log.warning(
+            "no detector models installed in %s: calls are answered and their media and "
+            "coverage recorded, but nothing is scored (install models with `callshield "
+            "models install`)",
+            models.models_dir,
+        )
+    if dev_fixtures:
+        from detectors.fixture_models import all_fixtures
+
+        for data, manifest in all_fixtures(tiny=dev_fixtures == "tiny"):
+            detectors.append(OnnxDetector(manifest, data))
+        log.warning(
+            "--dev-fixture-models: loaded %s fixture models (random weights; the "
+            "synthetic-voice fixture scores a 3.5 kHz marker tone). NOT detectors: for "
+            "demos and tests only",
+            dev_fixtures,
+        )
+    for d in detectors:
+        s = d.spec
+        log.info(
+            "detector %s %s (%s) on %s: %d Hz, window %.2f s, hop %.2f s",
+            s.name,
+            s.version,
+            s.dimension.value,
+            d.provider,
+            s.sample_rate,
+            s.window_s,
+            s.hop_s,
+        )
+    return detectors
+
+
+class Wiring:
+    def __init__(
+        self,
+        settings: Settings,
+        bus_settings: BusSettings | None = None,
+        models: ModelSettings | None = None,
+        detectors: list[Detector] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.bus_settings = bus_settings or BusSettings()
+        self.detector_metrics = DetectorMetrics()
+        if detectors is None:
+            detectors = load_detectors(models or ModelSettings(), settings.dev_fixture_models)
+        self.detectors = detectors
+        self.client, self.supervisor = self._connect()
+        self.bus = AlertPublisher(self.client, self.bus_settings)
+        self.enricher = EnrichingPublisher(self.bus)
+        self.windows = WindowTally()
+        longest = max((d.spec.window_s for d in detectors), default=1.0)
+        max_calls = settings.max_analysed_calls
+        self.runtime = DetectorRuntime(
+            detectors,
+            self.enricher,
+            config=RuntimeConfig(
+                workers=settings.detector_workers,
+                max_legs=max(1, 2 * max_calls),
+                ring_s=2 * longest + 2.0,
+                admission=AdmissionConfig(max_calls=max_calls, policy=OverloadPolicy.SHED),
+                node_id=self.bus_settings.node_id,
+            ),
+            metrics=self.detector_metrics,
+            on_result=self.windows.on_result,
+        )
+        self.analysis: Analysis | None = None
+        self.http: StatusServer | None = None
+        self._alive: Callable[[], bool] = lambda: False
+        self._started = False
+        self._supervising = False
+        self._ping_at = 0.0
+        self._ping_ok = False
+        self._ping_lock = threading.Lock()
+
+    # ---- the bus ----------------------------------------------------------------------
+
+    def _connect(self) -> tuple[redis.Redis, Supervisor | None]:
+        bs = self.bus_settings
+        if not bs.embedded:
+            return sync_client(bs, resolve_url(bs)), None
+        embedded = EmbeddedRedis(bs)
+        try:
+            url = embedded.ensure()
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            # never fail the calls for it: alerts wait in the outbox, the supervisor retries
+            log.error("embedded redis-server did not start (%s); alerts wait in the outbox", exc)
+            url = embedded.url
+        return sync_client(bs, url), Supervisor(embedded)
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    def attach(self, ingest: Ingest) -> Analysis:
+        self.analysis = Analysis(self.runtime, self.bus, ingest, self.windows)
+        self.enricher.analysis = self.analysis
+        self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)
+        self.detector_metrics.registry.register(_BridgeCollector(self))
+        return self.analysis
+
+    def start(self, alive: Callable[[], bool]) -> None:
+        """Blocking (run it off the event loop): bus threads, the HTTP port (answering
+        503 on /ready meanwhile), then the models' pre-warm."""
+        self._alive = alive
+        self.bus.start()
+        if self.supervisor is not None:
+            self.supervisor.start()
+            self._supervising = True
+        listen = self.settings.http_listen.strip()
+        if listen:
+            host, port = split_host_port(listen, 9464)
+            self.http = StatusServer(host, port, self)
+            self.http.start()
+        t0 = time.monotonic()
+        self.runtime.start()
+        log.info(
+            "%d detector models pre-warmed in %.1f s", len(self.detectors), time.monotonic() - t0
+        )
+        self._started = True
+
+    def close(self) -> None:
+        self._started = False
+        if self.http is not None:
+            self.http.close()
+        self.runtime.close()
+        self.bus.close(timeout_s=5.0)
+        if self.supervisor is not None and self._supervising:
+            self.supervisor.stop()
+        self.client.close()
+
+    # ---- probes (HTTP thread) ---------------------------------------------------------
+
+    def metrics(self) -> tuple[bytes, str]:
+        return render(self.detector_metrics.registry)
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        checks = {
+            "models_warm": bool(self.runtime.ready and self._started),
+            "redis": self._redis_ok(),
+            "outbox_writable": self._outbox_writable(),
+        }
+        ok = checks["models_warm"] and (checks["redis"] or checks["outbox_writable"])
+        return ok, {"checks": checks, "detectors": len(self.detectors)}
+
+    def alive(self) -> tuple[bool, dict[str, Any]]:
+        ticks = self.analysis.ticks if self.analysis is not None else 0
+        return self._alive(), {"ticks": ticks}
+
+    def _redis_ok(self) -> bool:
+        with self._ping_lock:
+            now = time.monotonic()
+            if now - self._ping_at >= 1.0:
+                self._ping_at = now
+                try:
+                    self._ping_ok = bool(self.client.ping())
+                except redis.RedisError:
+                    self._ping_ok = False
+            return self._ping_ok
+
+    def _outbox_writable(self) -> bool:
+        path = self.bus_settings.outbox_path
+        target = path if path.exists() else path.parent
+        return target.exists() and os.access(target, os.W_OK)
+
+
+class _BridgeCollector(Collector):
+    """Publisher and playout figures at scrape time."""
+
+    def __init__(self, wiring: Wiring) -> None:
+        self._w = wiring
+
+    def collect(self) -> Iterator[Any]:
+        st = self._w.bus.stats
+        a = self._w.analysis
+        yield GaugeMetricFamily("callshield_redis_up", "1 while Redis acknowledges", st.redis_up)
+        yield GaugeMetricFamily(
+            "callshield_outbox_overflow", "1 while alerts hold the outbox", st.outbox_overflow
+        )
+        yield GaugeMetricFamily(
+            "callshield_publish_pending", "entries not yet acknowledged", self._w.bus.pending
+        )
+        for name, value, text in (
+            ("alerts_published", st.alerts_published, "Alert revisions Redis acknowledged"),
+            ("scores_published", st.scores_published, "Score updates Redis acknowledged"),
+            ("events_published", st.events_published, "Call events Redis acknowledged"),
+            ("scores_dropped", st.scores_dropped, "Score updates and events dropped"),
+            ("redis_errors", st.redis_errors, "Failed sends to Redis"),
+            ("playout_ticks", a.ticks if a else 0, "Playout-clock ticks with legs"),
+        ):
+            yield CounterMetricFamily(f"callshield_{name}", text, value=value)
+        yield GaugeMetricFamily(
+            "callshield_calls_live", "Calls live on this bridge", a.live_calls if a else 0
+        )
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+__all__ = ["BusPublisher", "Wiring", "load_detectors"]
