@@ -76,6 +76,9 @@ class ModelManifest(_Strict):
         default=False, description="a runtime test fixture with random weights, not a detector"
     )
     description: str = ""
+    training_speakers: tuple[str, ...] = Field(
+        default=(), description="speakers the model was trained on (never evaluated on)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelManifest:

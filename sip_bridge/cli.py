@@ -18,6 +18,7 @@ _COMMANDS: dict[str, str] = {
     "bridge": "sip_bridge.bridge",
     "dashboard": "dashboard.cli",
     "demo": "sip_bridge.demo",
+    "eval": "detectors.eval.cli",
     "models": "detectors.models_cli",
     "schema": "detectors.bus.schema_export",
     "redis": "detectors.bus.redis_cli",
