@@ -1,7 +1,7 @@
 """The ``callshield`` command.
 
 Each subcommand lives in its own module and registers itself through ``add_parser``;
-this file only wires them, so importing it stays cheap (no numpy, no native build).
+this file only wires them, importing just the module of the command that runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ _COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser. Only the module of the command being run is imported (so one command
+    never pays for, or breaks on, another's dependencies); with no command named, or for
+    --help, every command's module is loaded to list them."""
     parser = argparse.ArgumentParser(
         prog="callshield",
         description="Live-call deepfake and fraud detection for contact centers.",
@@ -34,14 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, module_name in _COMMANDS.items():
-        module = importlib.import_module(module_name)
+    args = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in args if not a.startswith("-")), None)
+    names = [chosen] if chosen in _COMMANDS else list(_COMMANDS)
+    for name in names:
+        module = importlib.import_module(_COMMANDS[name])
         module.add_parser(sub, name)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
