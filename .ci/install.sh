@@ -2,8 +2,9 @@
 # Install everything CallShield's build and tests need, from a clean Debian 12 machine:
 #   1. Debian packages (apt), skipping those already installed;
 #   2. a Python 3.11 virtual environment in .venv (created if missing);
-#   3. `pip install -e '.[dev,convert]'` (convert: torch for offline model conversion, from
-#      the local wheel), which also compiles the native C core with cffi
+#   3. `pip install -e '.[dev,convert]'` (convert: torch from the local wheel, resemblyzer,
+#      librosa and silero-vad, for offline model conversion and its tests: derive-speaker,
+#      install-vad, import-aasist), which also compiles the native C core with cffi
 #      (setup.py's cffi_modules) into native/_cs_native*.so.
 #
 # Usage (from anywhere; it works on the repository this script lives in):

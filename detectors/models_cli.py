@@ -1,5 +1,5 @@
-"""``callshield models list | verify | install | build-fixtures | import-aasist``: the models
-directory.
+"""``callshield models list | verify | install | build-fixtures | import-aasist |
+derive-speaker | install-vad | eval-speaker``: the models directory.
 
 Nothing is downloaded: ``install`` copies a local ONNX file and its manifest (checked by
 sha256); ``build-fixtures`` (a dev command, needs the ``onnx`` package) builds the
@@ -41,6 +41,26 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("checkpoint", type=Path, help="the authors' .pth state dict (your own copy)")
     p.add_argument("--variant", choices=["AASIST", "AASIST-L"], help="default: from the weights")
     p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
+    p = verbs.add_parser(
+        "derive-speaker",
+        help="derive the speaker-embedding ONNX from the resemblyzer wheel (convert extra)",
+    )
+    p.add_argument("--weights", type=Path, help="default: resemblyzer/pretrained.pt, installed")
+    p.add_argument("--window-s", type=float, default=3.0)
+    p.add_argument("--hop-s", type=float, default=1.5)
+    p.add_argument("--reference-audio", type=Path, nargs="*", help="real speech WAVs to verify on")
+    p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
+    p = verbs.add_parser(
+        "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
+    )
+    p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
+    p = verbs.add_parser(
+        "eval-speaker", help="speaker-model EER on 8 kHz G.711 speech (MANIFEST.csv folder)"
+    )
+    p.add_argument("speech_dir", type=Path)
+    p.add_argument("--datasets", default="speechocean762,cmu_arctic,librispeech_misc")
+    p.add_argument("--per-speaker", type=int, default=4)
+    p.add_argument("--json", action="store_true")
     parser.set_defaults(run=run)
 
 
@@ -109,6 +129,20 @@ def run(args: argparse.Namespace) -> int:
         from detectors.aasist.importer import run_cli
 
         return run_cli(args.checkpoint, args.out or root, args.variant)
+    if args.verb == "derive-speaker":
+        from detectors.speaker.deriver import run_cli as derive
+
+        return derive(
+            args.out or root, args.weights, args.window_s, args.hop_s, args.reference_audio
+        )
+    if args.verb == "install-vad":
+        from detectors.vad.install import run_cli as install_vad
+
+        return install_vad(args.out or root)
+    if args.verb == "eval-speaker":
+        from detectors.speaker.evaluate import run_cli as eval_speaker
+
+        return eval_speaker(store, args.speech_dir, args.datasets, args.per_speaker, args.json)
     raise AssertionError(args.verb)
 
 
@@ -121,6 +155,10 @@ def _cpu_ms(installed: Any) -> float | None:
     try:
         if sha256_file(installed.model_path) != installed.manifest.sha256:
             return None
+        if installed.manifest.name == "silero-vad":  # stateful: its own stepping loop
+            from detectors.vad.silero import cpu_ms_per_window as vad_ms
+
+            return round(vad_ms(installed.model_path), 2)
         return round(cpu_ms_per_window(installed.manifest, installed.model_path), 2)
     except Exception:
         return None
