@@ -118,31 +118,51 @@ def _checksum(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
-def write_pcap(path: Path, audio: npt.NDArray[np.int16], ssrc: int = 0x5EED) -> int:
-    """µ-law RTP (PT 0) of ``audio``, one packet per 20 ms of pcap time; returns the
-    number of packets."""
+def _udp_frame(payload: bytes, sport: int, dport: int) -> bytes:
+    """Ethernet + IPv4 + UDP around ``payload``, 127.0.0.1 to 127.0.0.1."""
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + len(udp),
+        0,
+        0x4000,
+        64,
+        17,
+        0,
+        b"\x7f\0\0\1",
+        b"\x7f\0\0\1",
+    )
+    ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
+    return b"\0" * 12 + b"\x08\x00" + ip + udp
+
+
+def write_pcap(
+    path: Path,
+    audio: npt.NDArray[np.int16],
+    ssrc: int = 0x5EED,
+    *,
+    seq0: int = 0,
+    ts0: int = 8000,
+    sport: int = 6000,
+    dport: int = 6001,
+) -> int:
+    """µ-law RTP (PT 0) of ``audio``, one packet per 20 ms of pcap time, for SIPp's
+    play_pcap_audio; returns the number of packets."""
     ulaw = ulaw_encode(audio[: audio.size - audio.size % FRAME])
     out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)]
     packets = len(ulaw) // FRAME
     for k in range(packets):
-        rtp = struct.pack("!BBHII", 0x80, 0x80 if k == 0 else 0, k, 8000 + k * FRAME, ssrc)
-        udp = struct.pack("!HHHH", 6000, 6001, 8 + len(rtp) + FRAME, 0) + rtp
-        udp += ulaw[k * FRAME : (k + 1) * FRAME]
-        ip = struct.pack(
-            "!BBHHHBBH4s4s",
-            0x45,
-            0,
-            20 + len(udp),
-            0,
-            0x4000,
-            64,
-            17,
-            0,
-            b"\x7f\0\0\1",
-            b"\x7f\0\0\1",
+        rtp = struct.pack(
+            "!BBHII",
+            0x80,
+            0x80 if k == 0 else 0,
+            (seq0 + k) & 0xFFFF,
+            (ts0 + k * FRAME) & 0xFFFFFFFF,
+            ssrc,
         )
-        ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
-        frame = b"\0" * 12 + b"\x08\x00" + ip + udp
+        frame = _udp_frame(rtp + ulaw[k * FRAME : (k + 1) * FRAME], sport, dport)
         usec = 1_000_000 + k * 20_000
         out.append(
             struct.pack("<IIII", usec // 1_000_000, usec % 1_000_000, len(frame), len(frame))
