@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from native import ffi, lib
+from native.jitter import DEFAULT_PAYLOAD_TYPES, JitterConfig, PayloadType
 
 __all__ = [
     "DEFAULT_PAYLOAD_TYPES",
@@ -62,13 +63,6 @@ def _struct_dtype(ctype: str) -> np.dtype[np.void]:
 
 
 FRAME_INFO_DTYPE = _struct_dtype("cs_frame_info")
-_CODECS: dict[str, int] = {
-    "PCMU": lib.CS_CODEC_PCMU,
-    "PCMA": lib.CS_CODEC_PCMA,
-    "L16": lib.CS_CODEC_L16,
-    "CN": lib.CS_CODEC_CN,
-    "telephone-event": lib.CS_CODEC_TELEPHONE_EVENT,
-}
 _RTP_ERRORS = [ffi.string(lib.cs_rtp_error_name(i)).decode() for i in range(lib.CS_RTP_ERR_COUNT)]
 
 
@@ -145,24 +139,6 @@ def addr_text(addr: Any) -> tuple[str, int] | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class PayloadType:
-    """One entry of a stream's payload-type table (from the SDP rtpmap)."""
-
-    pt: int
-    codec: str  # PCMU, PCMA, L16, CN, telephone-event
-    clock_rate: int = 8000
-    channels: int = 1
-
-
-DEFAULT_PAYLOAD_TYPES = (
-    PayloadType(0, "PCMU"),
-    PayloadType(8, "PCMA"),
-    PayloadType(13, "CN"),
-    PayloadType(101, "telephone-event"),
-)
-
-
 class LegOptions(TypedDict, total=False):
     """Keyword arguments of Ingest.add_stream / add_stream_shared: LegConfig's fields."""
 
@@ -190,27 +166,16 @@ class LegConfig:
     ssrc_quiet_ms: float = 80.0
 
     def jb_config(self) -> Any:
-        """A filled cs_jb_config * (cffi-owned)."""
-        jb = ffi.new("cs_jb_config *")
-        lib.cs_jb_default_config(jb)
-        jb.out_rate = self.out_rate
-        for name in ("min_delay_ms", "max_delay_ms", "start_delay_ms", "capacity_ms"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(jb, name, value)
-        if not 0 < len(self.payload_types) <= 16:
-            raise ValueError(f"1 to 16 payload types, got {len(self.payload_types)}")
-        jb.n_pts = len(self.payload_types)
-        for i, p in enumerate(self.payload_types):
-            if p.codec not in _CODECS:
-                raise ValueError(f"unknown codec {p.codec!r} (known: {', '.join(_CODECS)})")
-            jb.pts[i] = {
-                "pt": p.pt,
-                "codec": _CODECS[p.codec],
-                "channels": p.channels,
-                "clock_rate": p.clock_rate,
-            }
-        return jb
+        """A filled cs_jb_config * (cffi-owned), with a fresh per-call DTMF key."""
+        delays = {
+            name: getattr(self, name)
+            for name in ("capacity_ms", "min_delay_ms", "max_delay_ms", "start_delay_ms")
+            if getattr(self, name) is not None
+        }
+        config = JitterConfig(
+            out_rate=self.out_rate, payload_types=tuple(self.payload_types), **delays
+        )
+        return config.to_c()
 
     def lock_config(self) -> Any:
         """A filled cs_srclock_config * (cffi-owned)."""

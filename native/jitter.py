@@ -17,13 +17,14 @@ import numpy.typing as npt
 
 from native import ffi, lib
 
-
-class Codec(IntEnum):
-    PCMU = lib.CS_CODEC_PCMU
-    PCMA = lib.CS_CODEC_PCMA
-    L16 = lib.CS_CODEC_L16
-    CN = lib.CS_CODEC_CN
-    TELEPHONE_EVENT = lib.CS_CODEC_TELEPHONE_EVENT
+# Codec names as SDP's rtpmap spells them -> the C enum.
+CODEC_IDS: dict[str, int] = {
+    "PCMU": lib.CS_CODEC_PCMU,
+    "PCMA": lib.CS_CODEC_PCMA,
+    "L16": lib.CS_CODEC_L16,
+    "CN": lib.CS_CODEC_CN,
+    "telephone-event": lib.CS_CODEC_TELEPHONE_EVENT,
+}
 
 
 class FrameFlag(IntEnum):
@@ -68,17 +69,24 @@ ACCEPTED = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class PayloadType:
+    """One entry of a leg's payload-type table (from the SDP rtpmap)."""
+
     pt: int
-    codec: Codec
+    codec: str  # an encoding name of CODEC_IDS: PCMU, PCMA, L16, CN, telephone-event
     clock_rate: int = 8000
     channels: int = 1
 
+    def __post_init__(self) -> None:
+        if self.codec not in CODEC_IDS:
+            known = ", ".join(CODEC_IDS)
+            raise ValueError(f"unknown codec {self.codec!r} (known: {known})")
+
 
 DEFAULT_PAYLOAD_TYPES: tuple[PayloadType, ...] = (
-    PayloadType(0, Codec.PCMU),
-    PayloadType(8, Codec.PCMA),
-    PayloadType(13, Codec.CN),
-    PayloadType(101, Codec.TELEPHONE_EVENT),
+    PayloadType(0, "PCMU"),
+    PayloadType(8, "PCMA"),
+    PayloadType(13, "CN"),
+    PayloadType(101, "telephone-event"),
 )
 
 
@@ -101,12 +109,12 @@ class JitterConfig:
         cfg.min_delay_ms = self.min_delay_ms
         cfg.max_delay_ms = self.max_delay_ms
         cfg.start_delay_ms = self.start_delay_ms
-        if len(self.payload_types) > 16:
-            raise ValueError("jitter buffer: at most 16 payload types per leg")
+        if not 0 < len(self.payload_types) <= 16:
+            raise ValueError(f"1 to 16 payload types, got {len(self.payload_types)}")
         cfg.n_pts = len(self.payload_types)
         for i, p in enumerate(self.payload_types):
             cfg.pts[i].pt = p.pt
-            cfg.pts[i].codec = int(p.codec)
+            cfg.pts[i].codec = CODEC_IDS[p.codec]
             cfg.pts[i].clock_rate = p.clock_rate
             cfg.pts[i].channels = p.channels
         cfg.dtmf_key = self.dtmf_key & (2**64 - 1)
