@@ -25,6 +25,7 @@ set -euo pipefail
 #   baresip-core: a second real SIP user agent (calls that play a WAV file)
 #   redis-server: the bus; tests start their own instance on 127.0.0.1
 #   sox, espeak-ng: real and synthetic speech fixtures
+#   kamailio, kubectl: deploy/ checks (`kamailio -c` and a live balancer; `kubectl kustomize`)
 APT_PACKAGES=(
     clang
     libfuzzer-14-dev
@@ -35,6 +36,8 @@ APT_PACKAGES=(
     sox
     espeak-ng
     asterisk-core-sounds-en-wav
+    kamailio
+    kubectl
 )
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
