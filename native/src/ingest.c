@@ -99,25 +99,28 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
 
 /* ---- receiver thread ------------------------------------------------------------ */
 
-static void dispatch(cs_ingest *ing, uint64_t token, int64_t offset) {
+/* Drain the socket behind one epoll token; 1 if datagrams may be left on it. */
+static int dispatch(cs_ingest *ing, uint64_t token, int64_t offset) {
+    int more = 0;
     if (token & SOCKET_TOKEN) {
         uint32_t id = (uint32_t)token;
         shared_socket *k = &ing->sockets[STREAM_SLOT(id)];
         pthread_mutex_lock(&k->mu);
         if (k->active && k->gen == STREAM_GEN(id))
-            rx_drain_shared(ing, k, (uint16_t)STREAM_SLOT(id), offset);
+            more = rx_drain_shared(ing, k, (uint16_t)STREAM_SLOT(id), offset);
         else
             BUMP(ing->counters.unknown_socket, 1);
         pthread_mutex_unlock(&k->mu);
-        return;
+        return more;
     }
     ingest_slot *s = &ing->streams[STREAM_SLOT(token)];
     pthread_mutex_lock(&s->mu);
     if (s->active && s->gen == STREAM_GEN(token) && s->fd >= 0)
-        rx_drain_stream(ing, s, offset);
+        more = rx_drain_stream(ing, s, offset);
     else
         BUMP(ing->counters.unknown_socket, 1);
     pthread_mutex_unlock(&s->mu);
+    return more;
 }
 
 /* Pacing: is a sleep of coalesce_us worth it at the rate of the last full window? */
@@ -161,6 +164,7 @@ static void *receiver_main(void *arg) {
         int64_t rt = rx_clock_ns(CLOCK_REALTIME);
         int64_t m2 = rx_clock_ns(CLOCK_MONOTONIC);
         int64_t offset = rt - (m1 + (m2 - m1) / 2);
+        int backlog = 0; /* a socket still had datagrams: no pacing sleep now */
         for (int e = 0; e < n; e++) {
             uint64_t token = ing->events[e].data.u64;
             if (token == STOP_TOKEN) {
@@ -170,9 +174,9 @@ static void *receiver_main(void *arg) {
                 stop = 1;
                 continue;
             }
-            dispatch(ing, token, offset);
+            backlog |= dispatch(ing, token, offset);
         }
-        if (!stop && worth_sleeping(ing, &rate, m2)) {
+        if (!stop && worth_sleeping(ing, &rate, m2) && !backlog) {
             /* pace: wait for the stop eventfd alone until wakeup + coalesce_us, so a stop
              * is still seen at once while the data sockets fill up */
             BUMP(g->paced_sleeps, 1);

@@ -91,9 +91,10 @@ struct cs_ingest {
 #define STREAM_GEN(id) ((uint16_t)((uint32_t)(id) >> 16))
 #define MAKE_ID(gen, slot) ((int32_t)(((uint32_t)(gen) << 16) | (uint32_t)(slot)))
 
-/* ingest_rx.c: drain one ready socket (its slot mutex held); offset = REALTIME - MONO. */
-void rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset);
-void rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset);
+/* ingest_rx.c: drain one ready socket (its slot mutex held); offset = REALTIME - MONO.
+ * Returns 1 if it stopped at max_batches full batches (datagrams may be left). */
+int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset);
+int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset);
 int64_t rx_clock_ns(int clock_id);
 
 /* ingest_shared.c: make a shared leg's demux keys follow its expected address, SSRC and

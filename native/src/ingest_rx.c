@@ -151,12 +151,12 @@ static void finish_batch(cs_ingest *ing, int r, int64_t received) {
     BUMP(g->inserted, inserted);
 }
 
-void rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
+int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
     int32_t id = MAKE_ID(s->gen, s - ing->streams);
     for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
         int r = receive(ing, s->fd);
         if (!r)
-            return;
+            return 0;
         int64_t received = rx_clock_ns(CLOCK_MONOTONIC);
         for (int i = 0; i < r; i++) {
             int rc = classify(ing, i, offset, received);
@@ -172,8 +172,9 @@ void rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
         }
         finish_batch(ing, r, received);
         if ((uint32_t)r < ing->cfg.batch)
-            return;
+            return 0;
     }
+    return 1; /* stopped at max_batches: more may be queued */
 }
 
 /* Look up every parsed datagram of the batch under one demux lock. */
@@ -203,13 +204,13 @@ static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, in
     BUMP(ing->counters.unmatched, unmatched);
 }
 
-void rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset) {
+int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset) {
     rx_batch *b = &ing->batch;
     for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
         int r = receive(ing, k->fd);
         BUMP(k->c.recvmmsg_calls, 1);
         if (!r)
-            return;
+            return 0;
         int64_t received = rx_clock_ns(CLOCK_MONOTONIC);
         uint64_t bytes = 0;
         for (int i = 0; i < r; i++)
@@ -241,6 +242,7 @@ void rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64
         }
         finish_batch(ing, r, received);
         if ((uint32_t)r < ing->cfg.batch)
-            return;
+            return 0;
     }
+    return 1;
 }

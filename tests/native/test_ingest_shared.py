@@ -86,6 +86,24 @@ def _legs_from_distinct_ports(ingest: Ingest, speech: npt.NDArray[np.int16], pac
     assert (g["paced_sleeps"] > 0) == paced
 
 
+def test_paced_receiver_reads_on_while_a_socket_has_a_backlog(
+    speech: npt.NDArray[np.int16],
+) -> None:
+    """Pacing (here 50 ms per wakeup, one datagram per wakeup at most) must not cap the
+    receive rate: after a full batch the receiver reads on instead of sleeping."""
+    leg = _leg(speech, 13, 300)
+    with Ingest(4, coalesce_us=50_000, coalesce_min=0, batch=1, max_batches=1) as ingest:
+        kid = ingest.add_socket(0)
+        ingest.add_stream_shared(kid, expected_source=_source(leg))
+        dest = ingest.socket_address(kid)
+        for k in range(300):  # a burst: far more than one datagram per 50 ms
+            leg.send(k, dest)
+        wait_until(lambda: ingest.counters()["datagrams"] == 300)
+        g = ingest.counters()
+    assert g["datagrams"] == 300
+    assert g["paced_sleeps"] < 300
+
+
 def test_legs_sharing_one_source_are_told_apart_by_ssrc(
     ingest: Ingest, speech: npt.NDArray[np.int16]
 ) -> None:
