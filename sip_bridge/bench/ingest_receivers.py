@@ -14,6 +14,7 @@ appended to a per-leg deque that the loop drains every 20 ms):
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import collections
 import functools
@@ -48,37 +49,43 @@ class Pinning:
     other_cpus: frozenset[int]
 
 
-class Receiver:
+class Receiver(abc.ABC):
     """What the harness needs from a receiver: ports, a run loop, counters, its numbers."""
 
+    @abc.abstractmethod
     def addresses(self) -> list[Address]:
         """Where stream i's packets go (the same port for every stream when shared)."""
-        raise NotImplementedError
+        ...
 
     def attach(self, sources: list[Address]) -> None:
-        """Stream i's packets come from sources[i] (known before the sender starts)."""
+        """Stream i's packets come from sources[i] (known before the sender starts).
+        Receivers that do not demultiplex by source ignore it."""
+        del sources
 
+    @abc.abstractmethod
     def run_until(self, done: Callable[[], bool], window: Window) -> None:
         """Receive until done() (checked, with window.tick(self), every 20 ms)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def received(self) -> list[int]:
         """Datagrams received so far, per stream."""
-        raise NotImplementedError
+        ...
 
     def received_total(self) -> int:
         """Datagrams received so far (cheap: read at the window's edges)."""
         return sum(self.received())
 
+    @abc.abstractmethod
     def cpu_ns(self) -> int:
         """CPU time of the receiving code so far."""
-        raise NotImplementedError
+        ...
 
-    def report(self) -> dict[str, Any]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def report(self) -> dict[str, Any]: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
 
 class Window:
