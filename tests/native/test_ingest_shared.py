@@ -6,8 +6,6 @@ from __future__ import annotations
 import errno
 import socket
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +15,6 @@ from rtp_call import (
     Leg,
     assert_exact,
     flags_between_first_and_last_normal,
-    load_speech,
     rtp_packet,
     run_realtime,
     wait_until,
@@ -27,17 +24,6 @@ from native import lib
 from native.ingest import Ingest, IngestError
 
 NORMAL = lib.CS_FRAME_NORMAL
-
-
-@pytest.fixture(scope="module")
-def speech(shared_dir: Path) -> npt.NDArray[np.int16]:
-    return load_speech(shared_dir, 12.0)
-
-
-@pytest.fixture
-def ingest() -> Iterator[Ingest]:
-    with Ingest(64) as ing:
-        yield ing
 
 
 def _leg(
