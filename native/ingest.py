@@ -250,6 +250,56 @@ class Ingest:
         self._register(sid, cfg)
         return int(sid)
 
+    def add_stream_push(self, **leg: Unpack[LegOptions]) -> int:
+        """Add a leg without a socket: an adapter hands its packets in with :meth:`push`
+        or :meth:`push_payload` (WebRTC after SRTP, media WebSockets, AudioSocket).
+        Pulled, counted and removed like any other stream; no source lock."""
+        cfg = LegConfig(**leg)
+        sid = _check(lib.cs_ingest_add_stream_push(self._live(), cfg.jb_config()), "add_push")
+        self._register(sid, cfg)
+        return int(sid)
+
+    def push(self, stream_id: int, datagram: bytes, arrival_ns: int) -> int:
+        """Insert one RTP datagram into a pushed stream (thread-safe, no Python lock).
+        Returns the jitter buffer's outcome code (``native.jitter.PacketOutcome``), 0 when
+        the datagram is not RTP (counted). Raises IngestError(ENOENT) for a stream that is
+        gone or not a pushed one."""
+        return _check(
+            lib.cs_ingest_push(self._live(), stream_id, datagram, len(datagram), arrival_ns),
+            "push",
+        )
+
+    def push_payload(
+        self,
+        stream_id: int,
+        payload_type: int,
+        seq: int,
+        ts: int,
+        ssrc: int,
+        payload: bytes | memoryview,
+        arrival_ns: int,
+        *,
+        marker: bool = False,
+    ) -> int:
+        """Insert a payload with its RTP header fields given directly, for transports
+        that carry no RTP (timestamps from the stream's own sample counters)."""
+        buf = ffi.from_buffer(payload)
+        return _check(
+            lib.cs_ingest_push_payload(
+                self._live(),
+                stream_id,
+                payload_type,
+                seq & 0xFFFF,
+                ts & 0xFFFFFFFF,
+                ssrc & 0xFFFFFFFF,
+                int(marker),
+                buf,
+                len(buf),
+                arrival_ns,
+            ),
+            "push_payload",
+        )
+
     def _register(self, sid: int, cfg: LegConfig) -> None:
         spf = cfg.out_rate // 50
         if spf > self._max_frame_samples:

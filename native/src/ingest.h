@@ -189,6 +189,21 @@ int32_t cs_ingest_add_stream_shared(cs_ingest *ing, int32_t socket_id,
                                     const cs_jb_config *jb_cfg,
                                     const cs_srclock_config *lock_cfg);
 int cs_ingest_socket_counters(cs_ingest *ing, int32_t socket_id, cs_socket_counters *out);
+
+/* Pushed streams (ingest_push.c): no socket; an adapter in the media process hands each
+ * packet in from its own thread (WebRTC after SRTP, media WebSockets, AudioSocket). Same
+ * id space, pull, stats and counters as socket streams; no source lock. add: a stream id
+ * or -errno (-EINVAL bad config, -ENOSPC table full). push: the cs_jb_insert outcome
+ * (> 0), 0 when the datagram is not RTP (counted in parse_errors), -ENOENT when id is not
+ * a live pushed stream. push_payload inserts a payload with header fields given directly
+ * (transports that carry no RTP: timestamps derived from the stream's own counters);
+ * -EINVAL for a payload type above 127. */
+int32_t cs_ingest_add_stream_push(cs_ingest *ing, const cs_jb_config *jb_cfg);
+int cs_ingest_push(cs_ingest *ing, int32_t id, const uint8_t *data, size_t len,
+                   int64_t arrival_ns);
+int cs_ingest_push_payload(cs_ingest *ing, int32_t id, uint8_t payload_type, uint16_t seq,
+                           uint32_t ts, uint32_t ssrc, int marker, const uint8_t *payload,
+                           size_t len, int64_t arrival_ns);
 int cs_ingest_rearm(cs_ingest *ing, int32_t id, int64_t now_ns);
 /* On a shared leg this also re-keys its demux entry (-EEXIST: held by another leg). */
 int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *addr);

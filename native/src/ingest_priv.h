@@ -35,6 +35,7 @@ typedef struct {
     uint16_t gen;            /* bumped on every add; part of the id and the epoll token */
     int fd;                  /* our dup of the caller's socket; -1 on a shared socket */
     int32_t shared;          /* shared-socket slot, or -1 for a per-leg socket */
+    int pushed;              /* packets come from cs_ingest_push*, no socket (fd -1) */
     uint32_t ssrc;           /* shared: configured SSRC (0: none) */
     cs_srclock_addr preset;  /* shared: expected source (family 0: none) */
     cs_demux_key keys[LEG_KEYS]; /* shared: keys it holds in the demux table */

@@ -61,6 +61,7 @@ int32_t cs_ingest_add_stream(cs_ingest *ing, int fd, const cs_jb_config *jb_cfg,
     s->gen = (uint16_t)(s->gen % 0x7FFF + 1);
     s->fd = dfd;
     s->shared = -1;
+    s->pushed = 0;
     s->nkeys = 0;
     s->jb = jb;
     cs_srclock_init(&s->lock, lock_cfg);
@@ -109,10 +110,11 @@ int cs_ingest_remove_stream(cs_ingest *ing, int32_t id) {
         shared_drop_keys(ing, s);
         ing->sockets[s->shared].c.legs--;
         s->shared = -1;
-    } else {
+    } else if (!s->pushed) {
         (void)epoll_ctl(ing->epfd, EPOLL_CTL_DEL, s->fd, NULL);
         close(s->fd);
     }
+    s->pushed = 0;
     cs_jb_free(s->jb);
     s->fd = -1;
     s->jb = NULL;

@@ -211,6 +211,66 @@ static void test_ingest_errors(void)
 }
 
 
+/* Pushed streams (ingest_push.c): packets in from the caller's thread, pulled like the
+ * rest; push into a socket stream, a removed stream or a free slot is -ENOENT; a slot
+ * freed by a pushed stream can take a socket stream and vice versa. */
+static void test_ingest_pushed_stream(void)
+{
+    cs_ingest_config cfg;
+    cs_ingest_default_config(&cfg);
+    cfg.max_streams = 2;
+    cs_ingest *ing = cs_ingest_new(&cfg);
+    REQUIRE(ing != NULL);
+    int32_t id = cs_ingest_add_stream_push(ing, NULL);
+    REQUIRE(id >= 0);
+    uint8_t p[12 + 160];
+    memset(p, 0xFF, sizeof p);
+    p[0] = 0x80;
+    p[1] = 0; /* PCMU */
+    int64_t t0 = 1000000000;
+    for (uint16_t seq = 0; seq < 10; seq++) {
+        cs_put16(p + 2, seq);
+        cs_put32(p + 4, (uint32_t)seq * 160u);
+        cs_put32(p + 8, 0x1234);
+        CHECK_EQ(cs_ingest_push(ing, id, p, sizeof p, t0 + seq * 20000000), CS_PKT_IN_ORDER);
+    }
+    CHECK_EQ(cs_ingest_push(ing, id, p, 5, t0), 0); /* short: counted, not inserted */
+    CHECK_EQ(cs_ingest_push_payload(ing, id, 0, 10, 1600, 0x1234, 0, p + 12, 160,
+                                    t0 + 10 * 20000000), CS_PKT_IN_ORDER);
+    CHECK_EQ(cs_ingest_push_payload(ing, id, 128, 11, 1760, 0x1234, 0, p + 12, 160, t0),
+             -EINVAL);
+    int16_t pcm[160 * 2];
+    cs_frame_info info[2];
+    int normal = 0;
+    for (int k = 0; k < 20; k++) {
+        CHECK_EQ(cs_ingest_pull(ing, t0 + k * 20000000 + 10000000, &id, 1, pcm, 160, info), 1);
+        normal += info[0].flag == CS_FRAME_NORMAL;
+    }
+    CHECK(normal >= 8);
+    cs_stream_counters c;
+    CHECK_EQ(cs_ingest_stream_counters(ing, id, &c), 0);
+    CHECK_EQ(c.datagrams, 12u);
+    CHECK_EQ(c.inserted, 11u);
+    CHECK_EQ(c.parse_errors[CS_RTP_ERR_SHORT], 1u);
+    struct sockaddr_in a;
+    int fd = bound_socket(&a);
+    REQUIRE(fd >= 0);
+    int32_t sid = cs_ingest_add_stream(ing, fd, NULL, NULL);
+    CHECK(sid >= 0);
+    CHECK_EQ(cs_ingest_push(ing, sid, p, sizeof p, t0), -ENOENT);
+    CHECK_EQ(cs_ingest_add_stream_push(ing, NULL), -ENOSPC);
+    CHECK_EQ(cs_ingest_remove_stream(ing, id), 0);
+    CHECK_EQ(cs_ingest_push(ing, id, p, sizeof p, t0), -ENOENT);
+    int32_t id2 = cs_ingest_add_stream(ing, fd, NULL, NULL); /* the freed slot, a socket */
+    CHECK(id2 >= 0);
+    CHECK_EQ(cs_ingest_push(ing, id2, p, sizeof p, t0), -ENOENT);
+    CHECK_EQ(cs_ingest_remove_stream(ing, id2), 0);
+    int32_t id3 = cs_ingest_add_stream_push(ing, NULL); /* and back to pushed */
+    CHECK(id3 >= 0);
+    close(fd);
+    cs_ingest_free(ing); /* frees the pushed stream's buffer, closes only real fds */
+}
+
 /* ---- the shared-port demux table (demux.c) ------------------------------------------ */
 
 static cs_srclock_addr v4addr(uint8_t last, uint16_t port)
@@ -371,6 +431,7 @@ static const cs_test_case ingest_cases[] = {
     {"ingest_receive_and_pull", test_ingest_receive_and_pull},
     {"ingest_remove_and_add_under_traffic", test_ingest_remove_and_add_under_traffic},
     {"ingest_errors", test_ingest_errors},
+    {"ingest_pushed_stream", test_ingest_pushed_stream},
     {"demux_insert_find_remove", test_demux_insert_find_remove},
     {"demux_full", test_demux_full},
     {"demux_collisions", test_demux_collisions},
