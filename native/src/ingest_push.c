@@ -51,6 +51,8 @@ static int insert_locked(ingest_slot *s, const cs_rtp_header *h, size_t bytes,
     s->c.datagrams++;
     s->c.bytes += bytes;
     s->c.last_arrival_ns = arrival_ns;
+    if (!s->c.first_arrival_ns)
+        s->c.first_arrival_ns = arrival_ns;
     int out = cs_jb_insert(s->jb, h, arrival_ns);
     s->c.outcomes[out > 0 && out < CS_PKT_OUTCOMES ? out : 0]++;
     s->c.inserted++;
@@ -80,6 +82,8 @@ int cs_ingest_push(cs_ingest *ing, int32_t id, const uint8_t *data, size_t len,
         s->c.datagrams++;
         s->c.bytes += len;
         s->c.last_arrival_ns = arrival_ns;
+        if (!s->c.first_arrival_ns)
+            s->c.first_arrival_ns = arrival_ns;
         s->c.parse_errors[rc > 0 && rc < CS_RTP_ERR_COUNT ? rc : 0]++;
         out = 0;
     } else {

@@ -131,6 +131,8 @@ static void count_to_stream(ingest_slot *s, const cs_ingest *ing, int i) {
     s->c.datagrams++;
     s->c.bytes += ing->msgs[i].msg_len;
     s->c.last_arrival_ns = ing->batch.arrival[i];
+    if (!s->c.first_arrival_ns)
+        s->c.first_arrival_ns = ing->batch.arrival[i];
 }
 
 /* One clock read after the batch: every inserted datagram's latency ends there. */

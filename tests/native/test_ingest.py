@@ -54,6 +54,7 @@ def test_speech_stream_arrives_intact(ingest: Ingest, speech: npt.NDArray[np.int
     assert c["outcomes"][lib.CS_PKT_IN_ORDER] == leg.packets - 1
     assert c["locked_addr"] == leg.sock.getsockname()
     assert c["locked_ssrc"] == leg.ssrc
+    assert 0 < c["first_arrival_ns"] < c["last_arrival_ns"]  # kernel receive times
     st = ingest.stream_stats(sid)
     assert (st["packets_received"], st["packets_lost"], st["packets_late"]) == (79, 0, 0)
     g = ingest.counters()

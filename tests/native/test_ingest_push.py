@@ -69,6 +69,7 @@ def test_pushed_speech_is_bit_exact(
     assert c["outcomes"][lib.CS_PKT_IN_ORDER] == leg.packets
     assert c["bytes"] == leg.packets * (12 + FRAME)
     assert c["last_arrival_ns"] == T0 + (leg.packets - 1) * TICK_NS
+    assert c["first_arrival_ns"] == T0
     assert ingest.counters()["datagrams"] == 0  # the socket receiver saw none of it
 
 
