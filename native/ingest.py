@@ -300,6 +300,30 @@ class Ingest:
             "push_payload",
         )
 
+    def push_event(
+        self,
+        stream_id: int,
+        payload: bytes,
+        ts: int,
+        arrival_ns: int,
+        *,
+        clock_rate: int = 8000,
+    ) -> int:
+        """A telephone-event payload (RFC 4733) for a transport that reports digits as
+        text: to the leg's DTMF tracker, outside the sequence state of its audio."""
+        return _check(
+            lib.cs_ingest_push_event(
+                self._live(),
+                stream_id,
+                payload,
+                len(payload),
+                ts & 0xFFFFFFFF,
+                clock_rate,
+                arrival_ns,
+            ),
+            "push_event",
+        )
+
     def _register(self, sid: int, cfg: LegConfig) -> None:
         spf = cfg.out_rate // 50
         if spf > self._max_frame_samples:

@@ -20,7 +20,7 @@ from typing import Literal, Protocol
 
 from detectors.alert_schema import CallEvent, LegRole
 from native.ingest import PayloadType
-from sip_bridge.media import CapacityError
+from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.offer_answer import NegotiatedStream
 from sip_bridge.sip.siprec import RecordingMetadata, StreamRole
 
@@ -48,6 +48,10 @@ class MediaBackend(Protocol):
     def close_leg(self, leg_id: str) -> None: ...
 
     def idle_ns(self, leg_id: str, now_ns: int) -> int: ...
+
+    def open_pushed_leg(
+        self, leg_id: str, payload_types: Sequence[PayloadType], out_rate: int = 8000
+    ) -> PushedLeg: ...
 
 
 @dataclass(slots=True)
@@ -123,6 +127,21 @@ class CallSetup:
     leg_roles: dict[int, LegRole] = field(default_factory=dict)  # the control API's, by index
 
 
+@dataclass(frozen=True, slots=True)
+class PushedLegSpec:
+    """One leg of an adapter's call (WebRTC, media WebSocket, AudioSocket): its label in
+    the transport (a track or channel name), role and where the role came from, the
+    codec it carries and the payload-type table its pushed packets use."""
+
+    label: str
+    role: LegRole
+    role_source: str  # vendor_track, api, ...
+    codec: str
+    payload_types: tuple[PayloadType, ...]
+    out_rate: int = 8000
+    remote: tuple[str, int] | None = None  # the peer's address, for the record
+
+
 def _payload_types(stream: NegotiatedStream) -> list[PayloadType]:
     names = {"PCMU": "PCMU", "PCMA": "PCMA", "CN": "CN", "TELEPHONE-EVENT": "telephone-event"}
     return [
@@ -189,6 +208,67 @@ class CallController:
         if call.legs and all(leg.paused for leg in call.legs.values()):
             self._emit(call, "held", "")
         return call, ports
+
+    def start_pushed_call(
+        self, setup: CallSetup, legs: Sequence[PushedLegSpec], unanalyzed: str = ""
+    ) -> tuple[Call, dict[str, PushedLeg]]:
+        """A call whose legs an adapter feeds; returns the call and label -> where to
+        push. Raises CapacityError (nothing left open) when a leg cannot be opened."""
+        call = Call(
+            "call_" + secrets.token_hex(8),
+            setup.kind,
+            setup.sip_call_id,
+            setup.ani,
+            setup.dnis,
+            setup.correlation_id,
+            dict(setup.external_ids),
+            unanalyzed=unanalyzed,
+        )
+        admitted = self.admission is not None and not unanalyzed
+        if admitted and self.admission is not None:
+            call.unanalyzed = unanalyzed = self.admission.admit(call)  # may refuse
+            admitted = not unanalyzed
+        handles: dict[str, PushedLeg] = {}
+        try:
+            for index, spec in enumerate(legs):
+                leg_id = f"{call.call_id}.{index}"
+                handles[spec.label] = self.media.open_pushed_leg(
+                    leg_id, spec.payload_types, spec.out_rate
+                )
+                call.legs[leg_id] = Leg(
+                    leg_id,
+                    index,
+                    spec.label,
+                    spec.role,
+                    spec.role_source,
+                    spec.codec,
+                    0,
+                    spec.remote,
+                )
+        except CapacityError:
+            for leg_id in list(call.legs):
+                self.media.close_leg(leg_id)
+            if admitted and self.admission is not None:
+                self.admission.release(call)
+            raise
+        self.calls[call.call_id] = call
+        log.info("call %s started (%s, %d pushed legs)", call.call_id, call.kind, len(legs))
+        self._emit(call, "started", f"unanalyzed:{unanalyzed}" if unanalyzed else "")
+        return call, handles
+
+    def set_call_paused(self, call_id: str, paused: bool, reason: str = "") -> None:
+        """Pause or resume every leg of a call (AudioHook secure pause, the control API):
+        audio and DTMF are discarded in C while paused, and the gap counts as a pause,
+        not as loss. Emits ``held`` / ``resumed`` on a change."""
+        call = self.calls[call_id]
+        changed = False
+        for leg in call.legs.values():
+            if leg.paused != paused:
+                self.media.set_paused(leg.leg_id, paused)
+                leg.paused = paused
+                changed = True
+        if changed:
+            self._emit(call, "held" if paused else "resumed", reason)
 
     def update_call(
         self,

@@ -6,6 +6,10 @@ Threads: the ingest's C receiver thread; one playout thread (this module); the a
 loop (signalling), which adds, changes and removes legs. Every ``Ingest`` call goes
 through one lock, so the playout thread and signalling never race on the stream table.
 Freed ports are quarantined (DESIGN §8: at least twice the RTP timeout) before reuse.
+
+Legs of transports without a UDP socket of ours (WebRTC, media WebSockets, AudioSocket)
+are *pushed* legs: the adapter pushes into the same kind of ingest stream, outside the
+table lock (the C stream mutex orders it against the pull).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from native.ingest import Ingest, PayloadType, PulledFrames
+from native.ingest import Ingest, IngestError, PayloadType, PulledFrames
 
 log = logging.getLogger(__name__)
 FRAME_NS = 20_000_000
@@ -63,14 +67,77 @@ class PortRange:
         return len(self._free) + len(self._quarantine)
 
 
+class PushedLeg:
+    """Where an adapter hands one leg's packets: a pushed ingest stream (no socket).
+
+    ``push`` takes an RTP datagram (WebRTC after SRTP); ``push_payload`` a payload whose
+    header fields the adapter derives from its transport's own counters. Both return
+    the jitter buffer's outcome code and are safe from any thread. Once the leg is
+    closed (hang-up, RTP timeout) they return -1 and ``closed`` is true.
+    """
+
+    __slots__ = ("_ingest", "_sid", "closed", "leg_id", "payload_types")
+
+    def __init__(
+        self, ingest: Ingest, sid: int, leg_id: str, payload_types: tuple[PayloadType, ...]
+    ) -> None:
+        self._ingest = ingest
+        self._sid = sid
+        self.leg_id = leg_id
+        self.payload_types = payload_types
+        self.closed = False
+
+    def push(self, datagram: bytes, arrival_ns: int) -> int:
+        if self.closed:
+            return -1
+        try:
+            return self._ingest.push(self._sid, datagram, arrival_ns)
+        except IngestError:
+            self.closed = True
+            return -1
+
+    def push_payload(
+        self,
+        payload_type: int,
+        seq: int,
+        ts: int,
+        ssrc: int,
+        payload: bytes | memoryview,
+        arrival_ns: int,
+        marker: bool = False,
+    ) -> int:
+        if self.closed:
+            return -1
+        try:
+            return self._ingest.push_payload(
+                self._sid, payload_type, seq, ts, ssrc, payload, arrival_ns, marker=marker
+            )
+        except IngestError:
+            self.closed = True
+            return -1
+
+    def push_event(self, payload: bytes, ts: int, arrival_ns: int, clock_rate: int = 8000) -> int:
+        """An RFC 4733 payload for digits the transport reported as text."""
+        if self.closed:
+            return -1
+        try:
+            return self._ingest.push_event(
+                self._sid, payload, ts, arrival_ns, clock_rate=clock_rate
+            )
+        except IngestError:
+            self.closed = True
+            return -1
+
+
 @dataclass(slots=True)
 class _Leg:
     leg_id: str
-    port: int
-    sock: socket.socket
+    port: int  # 0 for a pushed leg
+    sock: socket.socket | None  # None for a pushed leg
     stream_id: int
     payload_types: tuple[PayloadType, ...]
     created_ns: int
+    pushed: PushedLeg | None = None
 
 
 class MediaEngine:
@@ -135,6 +202,23 @@ class MediaEngine:
             raise
         return port
 
+    def open_pushed_leg(
+        self, leg_id: str, payload_types: Sequence[PayloadType], out_rate: int = 8000
+    ) -> PushedLeg:
+        """A leg fed by an adapter (no socket, no port): returns where to push."""
+        pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
+        with self._lock:
+            try:
+                sid = self._ingest.add_stream_push(
+                    payload_types=pts, max_delay_ms=self._max_delay_ms, out_rate=out_rate
+                )
+            except OSError as exc:
+                raise CapacityError(f"ingest refused the stream: {exc}") from None
+            handle = PushedLeg(self._ingest, sid, leg_id, pts)
+            self._legs[leg_id] = _Leg(leg_id, 0, None, sid, pts, time.monotonic_ns(), handle)
+            self._by_stream[sid] = leg_id
+        return handle
+
     def _add(
         self, sock: socket.socket, pts: Sequence[PayloadType], source: tuple[str, int] | None
     ) -> int:
@@ -156,6 +240,8 @@ class MediaEngine:
         pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
         with self._lock:
             leg = self._legs[leg_id]
+            if leg.sock is None:
+                raise ValueError(f"{leg_id} is a pushed leg: its adapter owns its media")
             if pts != leg.payload_types:
                 self._ingest.remove_stream(leg.stream_id)
                 del self._by_stream[leg.stream_id]
@@ -178,8 +264,11 @@ class MediaEngine:
                 return
             del self._by_stream[leg.stream_id]
             self._ingest.remove_stream(leg.stream_id)
-        leg.sock.close()
-        self._ports.give_back(leg.port, time.monotonic())
+            if leg.pushed is not None:
+                leg.pushed.closed = True
+        if leg.sock is not None:
+            leg.sock.close()
+            self._ports.give_back(leg.port, time.monotonic())
 
     def idle_ns(self, leg_id: str, now_ns: int) -> int:
         """How long the leg has received nothing (since it opened, if never)."""

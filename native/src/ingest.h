@@ -205,6 +205,11 @@ int cs_ingest_push(cs_ingest *ing, int32_t id, const uint8_t *data, size_t len,
 int cs_ingest_push_payload(cs_ingest *ing, int32_t id, uint8_t payload_type, uint16_t seq,
                            uint32_t ts, uint32_t ssrc, int marker, const uint8_t *payload,
                            size_t len, int64_t arrival_ns);
+/* A telephone-event payload (RFC 4733, 4+ bytes) at RTP time ts of the given clock, for
+ * transports that report digits as text: to the leg's DTMF tracker, outside the RTP
+ * sequence state of its audio. CS_PKT_DTMF, CS_PKT_PAUSED, CS_PKT_BAD_PAYLOAD, -ENOENT. */
+int cs_ingest_push_event(cs_ingest *ing, int32_t id, const uint8_t *payload, size_t len,
+                         uint32_t ts, uint32_t clock_rate, int64_t arrival_ns);
 int cs_ingest_rearm(cs_ingest *ing, int32_t id, int64_t now_ns);
 /* On a shared leg this also re-keys its demux entry (-EEXIST: held by another leg). */
 int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *addr);

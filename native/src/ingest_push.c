@@ -6,6 +6,7 @@
  * authenticated its transport. */
 #define _GNU_SOURCE
 #include "ingest_priv.h"
+#include "jb_internal.h"
 
 #include <errno.h>
 #include <string.h>
@@ -112,6 +113,17 @@ int cs_ingest_push_payload(cs_ingest *ing, int32_t id, uint8_t payload_type, uin
     h.payload_len = (uint32_t)len;
     h.payload = payload;
     int out = insert_locked(s, &h, len + 12, arrival_ns);
+    pthread_mutex_unlock(&s->mu);
+    return out;
+}
+
+int cs_ingest_push_event(cs_ingest *ing, int32_t id, const uint8_t *payload, size_t len,
+                         uint32_t ts, uint32_t clock_rate, int64_t arrival_ns) {
+    ingest_slot *s = lock_pushed(ing, id);
+    if (!s)
+        return -ENOENT;
+    int out = cs_jb_insert_event(s->jb, payload, (uint32_t)len, ts, clock_rate, arrival_ns);
+    s->c.outcomes[out > 0 && out < CS_PKT_OUTCOMES ? out : 0]++;
     pthread_mutex_unlock(&s->mu);
     return out;
 }

@@ -71,4 +71,10 @@ static inline uint32_t cs_jb_target_units(const cs_jb *jb) {
     return jb->delay.target_ms * CS_UNITS_PER_SECOND / 1000u;
 }
 
+/* jb_event.c: an RFC 4733 payload from a transport without RTP sequence numbers of its
+ * own (digits reported as text): to the DTMF tracker, not through the sequence state.
+ * Returns CS_PKT_DTMF, CS_PKT_PAUSED or CS_PKT_BAD_PAYLOAD. */
+int cs_jb_insert_event(cs_jb *jb, const uint8_t *payload, uint32_t len, uint32_t ts,
+                       uint32_t clock_rate, int64_t now_ns);
+
 #endif

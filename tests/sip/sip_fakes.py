@@ -10,7 +10,7 @@ from sip_wire import SDP_OFFER, crlf
 
 from native.ingest import PayloadType
 from sip_bridge.calls import CallController, MemoryPublisher
-from sip_bridge.media import CapacityError
+from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.message import Headers, SipParseError, SipResponse, parse_message
 from sip_bridge.sip.transaction import Outgoing, Peer
 from sip_bridge.sip.uas import SipUas, UasConfig
@@ -66,6 +66,11 @@ class FakeMedia:
 
     def idle_ns(self, leg_id: str, now_ns: int) -> int:
         return self.idle.get(leg_id, 0)
+
+    def open_pushed_leg(
+        self, leg_id: str, payload_types: Sequence[PayloadType], out_rate: int = 8000
+    ) -> PushedLeg:
+        raise CapacityError("FakeMedia carries SIP legs only: adapters test on MediaEngine")
 
 
 @dataclass
