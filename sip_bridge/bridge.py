@@ -24,6 +24,8 @@ from typing import Any
 
 from detectors.model_store import ModelSettings
 from native.ingest import Ingest
+from sip_bridge.api_app import build_api
+from sip_bridge.api_server import ApiServer
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
@@ -48,6 +50,7 @@ class Bridge:
     controller: CallController = field(init=False)
     uas: SipUas = field(init=False)
     server: SipServer = field(init=False)
+    api: ApiServer | None = field(init=False, default=None)
     ready: asyncio.Event = field(init=False)
     stop_requested: asyncio.Event = field(init=False)
 
@@ -79,6 +82,8 @@ class Bridge:
         )
         self.uas = SipUas(self.controller, config)
         self.server = SipServer(self.uas, host, port)
+        if s.api_address is not None:
+            self.api = ApiServer(build_api(self.controller, s), *s.api_address)
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
 
@@ -89,6 +94,8 @@ class Bridge:
             if self.wiring is not None:  # pre-warm before the first call is answered
                 await asyncio.to_thread(self.wiring.start, self.media.playout_alive)
             await self.server.start()
+            if self.api is not None:
+                await self.api.start()
         except BaseException:
             await self._close()
             raise
@@ -103,6 +110,8 @@ class Bridge:
             await self._close()
 
     async def _close(self) -> None:
+        if self.api is not None:
+            await self.api.close()
         await self.server.close()
         self.media.stop()
         self.ingest.close()
@@ -140,6 +149,9 @@ def add_parser(sub: Any, name: str) -> None:
     parser.add_argument("--rtp-timeout", type=float, dest="rtp_timeout_s")
     parser.add_argument("--drain-timeout", type=float, dest="drain_timeout_s")
     parser.add_argument("--http-listen", help="host:port for /metrics, /ready, /health")
+    parser.add_argument(
+        "--api-listen", help='host:port for the control API, WHIP and media WebSockets ("" off)'
+    )
     parser.add_argument("--models-dir", type=Path, help="default: $CALLSHIELD_MODELS_DIR")
     parser.add_argument(
         "--dev-fixture-models",
@@ -160,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         rtp_timeout_s=args.rtp_timeout_s,
         drain_timeout_s=args.drain_timeout_s,
         http_listen=args.http_listen,
+        api_listen=args.api_listen,
         dev_fixture_models=args.dev_fixture_models,
     )
     models = ModelSettings(models_dir=args.models_dir) if args.models_dir else ModelSettings()

@@ -53,11 +53,20 @@ class Settings(BaseSettings):
     max_analysed_calls: int = Field(default=200, ge=0)
     dev_fixture_models: Literal["", "tiny", "full"] = ""
     control_api_token: SecretStr | None = None  # bearer token of the control API (RTP attach)
+    # the HTTP/WebSocket API (control API, WHIP, media WebSockets): host:port, "" = off
+    api_listen: str = "127.0.0.1:8180"
 
     @field_validator("sip_listen")
     @classmethod
     def _listen(cls, value: str) -> str:
         split_host_port(value, 5060)
+        return value
+
+    @field_validator("api_listen")
+    @classmethod
+    def _api_listen(cls, value: str) -> str:
+        if value:
+            split_host_port(value, 8180)
         return value
 
     @field_validator("rtp_ports")
@@ -79,6 +88,10 @@ class Settings(BaseSettings):
     @property
     def sip_address(self) -> tuple[str, int]:
         return split_host_port(self.sip_listen, 5060)
+
+    @property
+    def api_address(self) -> tuple[str, int] | None:
+        return split_host_port(self.api_listen, 8180) if self.api_listen else None
 
     @property
     def rtp_range(self) -> tuple[int, int]:

@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rtp_ports": args.rtp_ports,
             "max_dialogs_per_source": 100_000,
             "drain_timeout_s": 2.0,
+            "api_listen": "",  # SIP only
         }
     )
     bridge = Bridge(settings, sink=sink, publisher=publisher)

@@ -106,6 +106,7 @@ def test_marked_call_alerts_genuine_call_does_not(
             "rtp_ports": f"{base}-{base + 19}",
             "drain_timeout_s": 3.0,
             "http_listen": "127.0.0.1:0",
+            "api_listen": "127.0.0.1:0",
             "dev_fixture_models": "tiny",
         }
     )

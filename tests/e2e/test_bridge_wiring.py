@@ -66,6 +66,7 @@ def test_no_capacity_refuses_sip_and_marks_siprec(
             "rtp_ports": f"{base}-{base + 19}",
             "drain_timeout_s": 3.0,
             "http_listen": "127.0.0.1:0",
+            "api_listen": "127.0.0.1:0",
             "max_analysed_calls": 0,
             "retry_after_s": 7,
         }

@@ -36,6 +36,7 @@ class RunningBridge:
             "sip_listen": "127.0.0.1:0",
             "rtp_ports": f"{base}-{base + 99}",
             "drain_timeout_s": 3.0,
+            "api_listen": "127.0.0.1:0",
             **settings,
         }
         self.sink = CaptureSink()

@@ -41,6 +41,7 @@ def _run(scenario: Scenario, **settings: Any) -> MemoryPublisher:
         "rtp_ports": f"{base}-{base + 99}",
         "drain_timeout_s": 0.5,
         "control_api_token": TOKEN,
+        "api_listen": "",  # the scenario drives the router in-process (httpx ASGI)
         **settings,
     }
     sink, publisher = CaptureSink(), MemoryPublisher()

@@ -1,0 +1,25 @@
+"""The bridge's ASGI app: every HTTP and WebSocket ingress of the media process on one
+port (settings ``api_listen``): the control API (RTP attach), and the adapters that
+carry media over HTTP (WHIP) or WebSockets (Twilio Media Streams, Genesys AudioHook,
+FreeSWITCH mod_audio_fork / jambonz). Each adapter contributes a router; its handlers
+run on the bridge's loop, which owns the call controller.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from sip_bridge.calls import CallController
+from sip_bridge.control_api import control_router
+from sip_bridge.settings import Settings
+
+
+def build_api(controller: CallController, settings: Settings) -> FastAPI:
+    app = FastAPI(
+        title="CallShield bridge",
+        summary="Attach calls to the media process: RTP, WebRTC (WHIP), media WebSockets",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.include_router(control_router(controller, settings))
+    return app
