@@ -22,6 +22,7 @@ _COMMANDS: dict[str, str] = {
     "models": "detectors.models_cli",
     "schema": "detectors.bus.schema_export",
     "redis": "detectors.bus.redis_cli",
+    "redis-acl": "detectors.bus.acl_cli",
     "webhooks": "detectors.bus.webhooks.cli",
 }
 

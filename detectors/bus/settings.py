@@ -1,7 +1,8 @@
 """The bus's one ``Settings`` class (pydantic-settings; read when built, never at import).
 
 Environment: ``REDIS_URL`` (``redis://``, ``rediss://`` for TLS, ``unix://``; ACL users
-as ``redis://user:password@host:port/0``) or, when it is unset, an embedded
+as ``redis://user:password@host:port/0``, or ``redis://user@host:port/0`` with
+``CALLSHIELD_REDIS_PASSWORD=file:/run/secrets/...``) or, when it is unset, an embedded
 ``redis-server`` under ``CALLSHIELD_STATE_DIR``. Every other field reads
 ``CALLSHIELD_<FIELD>`` (e.g. ``CALLSHIELD_KEY_PREFIX``, ``CALLSHIELD_DURABILITY``).
 """
@@ -26,6 +27,9 @@ class BusSettings(BaseSettings):
     redis_url: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("REDIS_URL", "CALLSHIELD_REDIS_URL")
     )
+    # the ACL user's password when the URL holds none: a secret spec (file:/path, env:VAR;
+    # a literal only for development), ``detectors.bus.secret_source``
+    redis_password: SecretStr | None = None
     redis_tls_ca_file: Path | None = None  # CA bundle for rediss:// (else the system's)
     state_dir: Path = Field(default_factory=_default_state_dir)
     key_prefix: str = "callshield:"
@@ -60,7 +64,8 @@ class BusSettings(BaseSettings):
 
     # --- webhooks -------------------------------------------------------------------
     # Fernet key (urlsafe base64, 32 bytes) that encrypts endpoint secrets at rest; from
-    # a file (preferred) or the environment. Never stored in Redis.
+    # a file (preferred) or a secret spec (file:/path, env:VAR; a literal only for
+    # development). Never stored in Redis.
     webhook_key_file: Path | None = None
     webhook_key: SecretStr | None = None
     webhook_allow_private_targets: bool = False  # loopback/private targets (tests, labs)

@@ -1,0 +1,223 @@
+"""Least privilege on the bus: one Redis ACL user per component, with only the keys and
+commands its code uses (``callshield redis-acl`` applies or prints them).
+
+Key patterns come from the key layout itself (``detectors.bus.keys``, and the
+dashboard's ``dash:`` namespace), under the configured prefix with glob characters
+escaped. ``~pattern`` grants read and write, ``%R~pattern`` read only (Redis >= 7.0).
+A command a user may run touches only the keys its rules allow; a *selector*
+``(...)`` grants a command set on a key set of its own, so the webhook dispatcher may
+read the alert stream through its consumer group without being able to ``XADD`` to it.
+
+  bridge     writes alerts (Lua dedupe + XADD), scores, call events, call state and
+             system events; reads watchlists and enrolments; owns fingerprints and
+             ANI counters (the last four are for the planned shared detector state)
+  dashboard  reads alerts, scores, call events, call state and system events; owns
+             ``dash:*`` (users, sessions, triage, labels, audit) and the watchlists
+             and enrolments (management is planned); cannot write what the bridge owns
+  webhooks   owns ``wh:*``; on the alert and system-event streams only its consumer
+             group's commands
+  retention  ``callshield redis trim``: trims the alert stream, nothing else
+
+Passwords go to Redis as their SHA-256 (``#<hex>``): the plain password is neither sent
+nor written to an ACL file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from detectors.bus.keys import Keys
+
+# commands newer than Redis 7.0 (Debian 12): left out for older servers, where an
+# unknown command in ACL SETUSER (or an ACL file) is an error
+_SINCE: dict[str, tuple[int, int]] = {"waitaof": (7, 2)}
+
+_CONNECT = ("ping", "select")  # redis-py's health checks; SELECT for a /db in the URL
+_SCRIPTS = ("evalsha", "script|load", "script|exists")  # redis-py's Script objects
+_TRANSACTIONS = ("multi", "exec", "discard")  # pipeline(transaction=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Key selectors (``~pat`` read-write, ``%R~pat`` read-only) and the commands
+    allowed on them."""
+
+    keys: tuple[str, ...]
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    name: str
+    purpose: str
+    root: Grant
+    selectors: tuple[Grant, ...] = ()
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis glob pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _rw(*patterns: str) -> tuple[str, ...]:
+    return tuple(f"~{p}" for p in patterns)
+
+
+def _ro(*patterns: str) -> tuple[str, ...]:
+    return tuple(f"%R~{p}" for p in patterns)
+
+
+def components(prefix: str) -> dict[str, Component]:
+    """Every component's grants for the key ``prefix``."""
+    k = Keys(glob_escape(prefix))  # the layout's own key builders, with '*' as the id
+    dash = f"{k.prefix}dash:*"  # dashboard.keys.DashKeys: everything under dash:
+    # system events (coverage degraded/recovered): a stream beside the alerts and the
+    # latest event per topic/node/subject
+    system, system_state = f"{k.prefix}{{alerts}}:system", f"{k.prefix}system:state"
+    bus_state = (
+        k.alerts,
+        k.alert_seen("*"),
+        k.scores,
+        k.events,
+        k.call("*"),
+        k.live_calls,
+        system,
+        system_state,
+    )
+    shared_ro = (k.watchlist("*"), k.enrolment("*", "*"))
+    shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
+    webhooks = f"{k.prefix}wh:*"
+    found = [
+        Component(
+            "bridge",
+            "media process: publishes alerts, scores, call events and call state",
+            Grant(
+                keys=_rw(*bus_state, *shared_rw) + _ro(*shared_ro),
+                commands=(
+                    *_CONNECT,
+                    *_SCRIPTS,
+                    "client|id",  # the publisher notices a reconnect (possible data loss)
+                    "info",  # strict durability: version and replicas
+                    "wait",
+                    "waitaof",
+                    "xadd",
+                    "hset",
+                    "hget",
+                    "expire",
+                    "persist",
+                    "zadd",
+                    "zrem",
+                ),
+            ),
+        ),
+        Component(
+            "dashboard",
+            "web process: reads the bus, owns analysts' state and watchlists",
+            Grant(
+                keys=_rw(dash, *shared_ro) + _ro(*bus_state),
+                commands=(
+                    *_CONNECT,
+                    *_TRANSACTIONS,
+                    "info",
+                    "get",
+                    "set",
+                    "del",
+                    "incrby",  # redis-py sends INCR as INCRBY
+                    "expire",
+                    "hget",
+                    "hgetall",
+                    "hvals",
+                    "hset",
+                    "hsetnx",
+                    "hdel",
+                    "rpush",
+                    "lrange",
+                    "zrevrange",
+                    "zcard",
+                    "xadd",
+                    "xrevrange",
+                    "xread",
+                    "xinfo|stream",
+                    "xinfo|groups",
+                ),
+            ),
+        ),
+        Component(
+            "webhooks",
+            "webhook dispatcher and `callshield webhooks`: endpoints, deliveries",
+            Grant(
+                keys=_rw(webhooks),
+                commands=(
+                    *_CONNECT,
+                    *_SCRIPTS,
+                    *_TRANSACTIONS,
+                    "exists",
+                    "hget",
+                    "hgetall",
+                    "hset",
+                    "hdel",
+                    "hincrby",
+                    "rpush",
+                    "lpop",
+                    "llen",
+                    "lindex",
+                    "zadd",
+                    "zrem",
+                    "zrange",
+                    "zrangebyscore",
+                    "sadd",
+                    "srem",
+                    "smembers",
+                    "xadd",
+                ),
+            ),
+            selectors=(
+                # one XREADGROUP reads both streams: both keys in the same selector
+                Grant(
+                    keys=_rw(k.alerts, system),
+                    commands=("xgroup|create", "xreadgroup", "xack", "xautoclaim"),
+                ),
+            ),
+        ),
+        Component(
+            "retention",
+            "`callshield redis trim`: trims the alert stream below what groups acked",
+            Grant(
+                keys=_rw(k.alerts),
+                commands=(*_CONNECT, "xinfo|groups", "xpending", "xtrim"),
+            ),
+        ),
+    ]
+    return {c.name: c for c in found}
+
+
+def password_hash(password: str) -> str:
+    return hashlib.sha256(password.encode()).hexdigest()
+
+
+def _commands(grant: Grant, version: tuple[int, int]) -> list[str]:
+    return [f"+{c}" for c in grant.commands if version >= _SINCE.get(c, (0, 0))]
+
+
+def rules(component: Component, password: str, version: tuple[int, int]) -> list[str]:
+    """``ACL SETUSER <name>`` arguments: everything reset first, so applying twice or
+    over an older definition leaves exactly these rights."""
+    out = ["reset", "on", f"#{password_hash(password)}", "resetchannels"]
+    out += [*component.root.keys, *_commands(component.root, version)]
+    for sel in component.selectors:
+        out.append("(" + " ".join([*sel.keys, *_commands(sel, version)]) + ")")
+    return out
+
+
+def acl_file_line(component: Component, password: str, version: tuple[int, int]) -> str:
+    """The same user as an ACL file line (``aclfile`` in redis.conf, ``ACL LOAD``)."""
+    return " ".join(["user", component.name, *rules(component, password, version)])
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    parts = text.strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise ValueError(f"not a Redis version: {text!r} (e.g. 7.0)") from None
