@@ -139,6 +139,9 @@ class LegCoverage(_Wire):
     packets_lost: int = 0  # RFC 3550 cumulative (negative with duplicates)
     packets_late: int = Field(default=0, ge=0)
     analysed: bool = False  # its audio reached at least one detector
+    # no packet arrived and no media frame played while the leg was not paused: the
+    # sender never sent, or the media went elsewhere (NAT, wrong SDP address)
+    silent: bool = False
 
 
 class DimensionCoverage(_Wire):
@@ -151,11 +154,18 @@ class DimensionCoverage(_Wire):
     unavailable: dict[str, int] = Field(default_factory=dict)  # error, deadline, overrun, stale
 
 
+CallMedia = Literal["all", "one_way", "none"]
+"""Media seen on a call's legs: ``all`` legs carried media, ``one_way`` some did and
+at least one stayed silent, ``none`` no leg carried any (or the call had no legs)."""
+
+
 class CallCoverage(_Wire):
     """Published at hang-up with the ``ended`` event (DESIGN §8): silent loss of
-    coverage must be visible."""
+    coverage must be visible. A dimension the node runs that produced no window for an
+    analysed call is listed with zero windows."""
 
     duration_s: Seconds = 0.0
+    media: CallMedia = "all"
     analysed: bool = True
     unanalyzed: str = ""  # why not (e.g. capacity: shed under overload)
     detectors: dict[str, str] = Field(default_factory=dict)  # name -> version running
@@ -174,6 +184,35 @@ class CallEvent(_Wire):
     external_ids: dict[str, str] = Field(default_factory=dict)
     legs: dict[str, LegRole] = Field(default_factory=dict)
     coverage: CallCoverage | None = None  # on ``ended`` only
+
+
+SystemEventType = Literal["system.coverage.degraded", "system.coverage.recovered"]
+
+
+class CoverageStatus(_Wire):
+    """A dimension's covered ratio over the node's last ended calls, against its
+    objective (``detectors.bus.coverage_objective``)."""
+
+    dimension: Dimension
+    covered_ratio: Annotated[float, Field(ge=0.0, le=1.0)]
+    objective: Annotated[float, Field(ge=0.0, le=1.0)]
+    calls: int = Field(ge=0)  # ended calls in the window
+    covered_calls: int = Field(ge=0)
+    min_speech_s: Seconds  # what counts as covered
+
+
+class SystemEvent(_Wire):
+    """Something about the system rather than one call, e.g. coverage falling below its
+    objective (``system.coverage.degraded``) and coming back (``...recovered``): one
+    event per transition, delivered by the webhook dispatcher like alerts."""
+
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    kind: Literal["system"] = "system"
+    event_id: str  # unique per event: the webhook-id
+    type: SystemEventType
+    node_id: str
+    at: datetime
+    coverage: CoverageStatus | None = None  # system.coverage.*
 
 
 def alert_id_for(call_key: str, dimension: Dimension, episode: int) -> str:

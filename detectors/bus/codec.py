@@ -10,14 +10,15 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from detectors.alert_schema import Alert, CallEvent, ScoreUpdate
+from detectors.alert_schema import Alert, CallEvent, ScoreUpdate, SystemEvent
 
-Message = Alert | ScoreUpdate | CallEvent
+Message = Alert | ScoreUpdate | CallEvent | SystemEvent
 
-_MODELS: Final[dict[str, type[Alert] | type[ScoreUpdate] | type[CallEvent]]] = {
+_MODELS: Final[dict[str, type[Alert] | type[ScoreUpdate] | type[CallEvent] | type[SystemEvent]]] = {
     "alert": Alert,
     "score": ScoreUpdate,
     "call_event": CallEvent,
+    "system": SystemEvent,
 }
 
 

@@ -8,6 +8,11 @@ Streams:
                           dedupe that makes a retried XADD a no-op (same hash slot as
                           the stream, so the Lua script also runs on Redis Cluster)
   ``scores``, ``events``  lossy streams, ``MAXLEN ~``
+  ``{alerts}:system``     system events (``system.coverage.degraded``, ...): low volume,
+                          read by the webhook dispatcher's group beside the alerts (same
+                          hash slot, so one XREADGROUP reads both on Redis Cluster)
+  ``system:state``        hash ``<topic>:<node>:<subject>`` -> the latest system event
+                          (the dashboard's coverage banner)
 Call state: ``call:<call_id>`` hash for live calls, ``calls:live`` sorted set.
 Detector shared state: ``watchlist:<tenant>``, ``enrol:<tenant>:<subject>``,
 ``fp:<bucket>``, ``ani:<window>:<ani_hash>`` (ANIs only as keyed hashes, never raw).
@@ -38,6 +43,14 @@ class Keys:
     @property
     def events(self) -> str:
         return f"{self.prefix}events"
+
+    @property
+    def system(self) -> str:
+        return f"{self.prefix}{{alerts}}:system"
+
+    @property
+    def system_state(self) -> str:
+        return f"{self.prefix}system:state"
 
     # --- call state ---------------------------------------------------------------
     def call(self, call_id: str) -> str:

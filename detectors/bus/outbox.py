@@ -22,7 +22,7 @@ from pathlib import Path
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind     TEXT NOT NULL,          -- alert | score | call_event
+    kind     TEXT NOT NULL,          -- alert | score | call_event | system
     alert_id TEXT NOT NULL DEFAULT '',
     revision INTEGER NOT NULL DEFAULT 0,
     payload  TEXT NOT NULL,

@@ -25,7 +25,8 @@ from typing import cast
 
 import redis
 
-from detectors.alert_schema import Alert, CallEvent, ScoreUpdate
+from detectors.alert_schema import Alert, CallEvent, ScoreUpdate, SystemEvent
+from detectors.bus.coverage_objective import state_field
 from detectors.bus.durability import StrictWaiter
 from detectors.bus.keys import Keys
 from detectors.bus.outbox import Entry, Outbox
@@ -57,6 +58,7 @@ class PublisherStats:
     alerts_deduplicated: int = 0  # a retry found the entry already there
     scores_published: int = 0
     events_published: int = 0
+    system_published: int = 0
     scores_dropped: int = 0  # score updates / call events dropped on overflow
     outbox_overflow: bool = False  # raised while alerts hold the outbox past its bound
     overflow_episodes: int = 0
@@ -102,6 +104,12 @@ class AlertPublisher:
 
     def publish_event(self, event: CallEvent) -> None:
         self._enqueue_lossy(Entry("call_event", event.model_dump_json()))
+
+    def publish_system(self, event: SystemEvent) -> None:
+        """A system event: rare, so not held to the in-memory queue bound; in the outbox
+        (Redis away) it is dropped on overflow with the score updates, unlike alerts."""
+        self._queue.append(Entry("system", event.model_dump_json()))
+        self._wake.set()
 
     def _enqueue_lossy(self, entry: Entry) -> None:
         if len(self._queue) >= self._settings.publish_queue_max:
@@ -226,6 +234,8 @@ class AlertPublisher:
                         maxlen=s.scores_maxlen,
                         approximate=True,
                     )
+                elif e.kind == "system":
+                    self._system(pipe, e.payload)
                 else:
                     self._call_state(pipe, e.payload)
             results = pipe.execute()
@@ -270,6 +280,17 @@ class AlertPublisher:
             pipe.zadd(keys.live_calls, {event.call_id: event.at.timestamp()})
             pipe.persist(key)
 
+    def _system(self, pipe: redis.client.Pipeline, payload: str) -> None:
+        keys = self._keys
+        event = SystemEvent.model_validate_json(payload)
+        pipe.xadd(
+            keys.system,
+            {"kind": "system", "json": payload},
+            maxlen=self._settings.system_maxlen,
+            approximate=True,
+        )
+        pipe.hset(keys.system_state, state_field(event), payload)
+
     def _account(self, entries: list[Entry], results: list[object]) -> None:
         # results has one reply per queued command; call events queue several
         it = iter(results)
@@ -287,6 +308,10 @@ class AlertPublisher:
             elif e.kind == "score":
                 next(it)
                 self.stats.scores_published += 1
+            elif e.kind == "system":
+                next(it)
+                next(it)
+                self.stats.system_published += 1
             else:
                 for _ in range(4):
                     next(it)

@@ -22,10 +22,12 @@ from detectors.alert_schema import (
     Band,
     CallEvent,
     CallState,
+    CoverageStatus,
     Dimension,
     LegRole,
     Reason,
     ScoreUpdate,
+    SystemEvent,
     WindowQuality,
     alert_id_for,
 )
@@ -67,6 +69,20 @@ def examples() -> dict[str, BaseModel]:
         provider="CPUExecutionProvider",
         thresholds={"synthetic_voice": 0.8},
     )
+    system = SystemEvent(
+        event_id="sys_5b0d9c2e4f61a7d3b8e9c0f1",
+        type="system.coverage.degraded",
+        node_id="node-a",
+        at=at,
+        coverage=CoverageStatus(
+            dimension=Dimension.SYNTHETIC_VOICE,
+            covered_ratio=0.9,
+            objective=0.95,
+            calls=50,
+            covered_calls=45,
+            min_speech_s=2.0,
+        ),
+    )
     return {
         "alert": alert,
         "score_update": ScoreUpdate(
@@ -91,6 +107,10 @@ def examples() -> dict[str, BaseModel]:
         "webhook": WebhookEnvelope(
             type="call.alert.escalated", timestamp=alert.updated_at, stale=False, data=alert
         ),
+        "system_event": system,
+        "webhook_system": WebhookEnvelope(
+            type=system.type, timestamp=system.at, stale=False, data=system
+        ),
     }
 
 
@@ -98,6 +118,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "alert": Alert,
     "score_update": ScoreUpdate,
     "call_event": CallEvent,
+    "system_event": SystemEvent,
     "webhook": WebhookEnvelope,
 }
 

@@ -15,6 +15,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from detectors.alert_schema import Dimension
+
 
 def _default_state_dir() -> Path:
     return Path.home() / ".local" / "state" / "callshield"
@@ -52,6 +54,20 @@ class BusSettings(BaseSettings):
     alerts_retention_days: float = Field(default=30.0, gt=0)  # and only once acked
     call_state_ttl_s: int = Field(default=24 * 3600, ge=1)  # after the call ended
     dedupe_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
+
+    # --- coverage (detectors.bus.coverage_objective) ------------------------------------
+    # A call covers a dimension when that dimension scored at least one window and
+    # analysed at least this much net speech (per-dimension overrides by name, e.g.
+    # CALLSHIELD_COVERAGE_MIN_SPEECH_BY_DIMENSION='{"dtmf_behaviour": 0}').
+    coverage_min_speech_s: float = Field(default=2.0, ge=0.0)
+    coverage_min_speech_by_dimension: dict[Dimension, float] = Field(default_factory=dict)
+    # Objective: covered ratio over the node's last ``coverage_window_calls`` ended calls;
+    # judged once at least ``coverage_min_calls`` ended; recovered at objective + margin.
+    coverage_objective: float = Field(default=0.95, ge=0.0, le=1.0)
+    coverage_window_calls: int = Field(default=50, ge=1)
+    coverage_min_calls: int = Field(default=20, ge=1)
+    coverage_recover_margin: float = Field(default=0.02, ge=0.0, le=1.0)
+    system_maxlen: int = Field(default=10_000, ge=1)
 
     # --- the local outbox -----------------------------------------------------------
     outbox_max_entries: int = Field(default=200_000, ge=10)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from detectors.alert_schema import Alert, CallEvent, ScoreUpdate
+from detectors.alert_schema import Alert, CallEvent, ScoreUpdate, SystemEvent
 from detectors.bus.codec import decode, encode
 from detectors.bus.schema_export import SCHEMA_DIR, examples, render, stale_files
 from detectors.bus.webhooks.payload import WebhookEnvelope, event_type, matches
@@ -35,6 +35,7 @@ def test_stale_files_notices_a_change(tmp_path: Path) -> None:
         ("score_update", ScoreUpdate),
         ("call_event", CallEvent),
         ("webhook", WebhookEnvelope),
+        ("system_event", SystemEvent),
     ],
 )
 def test_examples_validate(name: str, model: type[Alert]) -> None:
@@ -45,10 +46,17 @@ def test_examples_validate(name: str, model: type[Alert]) -> None:
     assert parsed == examples()[name]
 
 
+def test_system_event_webhook_example_validates() -> None:
+    text = (SCHEMA_DIR / "examples" / "webhook_system.json").read_text()
+    parsed = WebhookEnvelope.model_validate_json(text)
+    assert isinstance(parsed.data, SystemEvent) and parsed == examples()["webhook_system"]
+    assert event_type(parsed.data) == parsed.type == "system.coverage.degraded"
+
+
 def test_codec_round_trip_and_rejects() -> None:
-    for name in ("alert", "score_update", "call_event"):
+    for name in ("alert", "score_update", "call_event", "system_event"):
         message = examples()[name]
-        assert isinstance(message, Alert | ScoreUpdate | CallEvent)
+        assert isinstance(message, Alert | ScoreUpdate | CallEvent | SystemEvent)
         fields = {k.encode(): v.encode() for k, v in encode(message).items()}
         assert decode(fields) == message
     with pytest.raises(ValueError, match="unknown kind 'x'"):

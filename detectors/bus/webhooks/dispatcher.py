@@ -1,7 +1,8 @@
-"""The webhook dispatcher (``callshield webhooks run``): alerts in through a consumer
-group, deliveries out per Standard Webhooks (DESIGN.md §6).
+"""The webhook dispatcher (``callshield webhooks run``): alerts and system events in
+through a consumer group, deliveries out per Standard Webhooks (DESIGN.md §6).
 
-Intake: ``XREADGROUP`` on the alert stream; each alert becomes one delivery per
+Intake: ``XREADGROUP`` on the alert stream and the system-event stream (coverage
+degraded/recovered; ordered per node); each becomes one delivery per
 matching enabled endpoint (``detectors.bus.webhooks.queue``, idempotent), and only then is the
 entry ``XACK``ed. A dispatcher that dies between the two leaves the entry pending;
 ``XAUTOCLAIM`` (by any dispatcher, after ``webhook_claim_idle_ms``) takes it over and the
@@ -26,11 +27,11 @@ from typing import Any
 import redis.asyncio
 from cryptography.fernet import Fernet
 
-from detectors.alert_schema import Alert, event_id
-from detectors.bus.codec import decode_alert
+from detectors.alert_schema import Alert, SystemEvent
+from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
 from detectors.bus.settings import BusSettings
-from detectors.bus.webhooks.payload import envelope_json, event_type, matches
+from detectors.bus.webhooks.payload import envelope_json, event_type, matches, message_id, parse
 from detectors.bus.webhooks.queue import Delivery, DeliveryQueue
 from detectors.bus.webhooks.schedule import Clock, RetryPolicy, SystemClock
 from detectors.bus.webhooks.sender import Sender
@@ -41,9 +42,12 @@ log = logging.getLogger(__name__)
 Entries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
-def call_key(alert: Alert) -> str:
-    """Ordering scope: the correlation id (one risk history per call) or the call id."""
-    return alert.correlation_id or alert.call_id
+def call_key(message: Alert | SystemEvent) -> str:
+    """Ordering scope: the correlation id (one risk history per call) or the call id;
+    a node's system events in order among themselves."""
+    if isinstance(message, SystemEvent):
+        return f"system:{message.node_id}"
+    return message.correlation_id or message.call_id
 
 
 class Dispatcher:
@@ -82,28 +86,50 @@ class Dispatcher:
         }
 
     # --- intake -----------------------------------------------------------------------
+    @property
+    def streams(self) -> tuple[str, str]:
+        return (self._k.alerts, self._k.system)
+
     async def setup(self) -> None:
-        try:
-            await self._c.xgroup_create(
-                self._k.alerts, self._s.webhook_group, id="0", mkstream=True
-            )
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        for stream in self.streams:
+            try:
+                await self._c.xgroup_create(stream, self._s.webhook_group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
 
-    async def read_new(self, block_ms: int | None = None, count: int = 100) -> Entries:
+    async def read_new(
+        self, block_ms: int | None = None, count: int = 100, stream: str | None = None
+    ) -> Entries:
+        """New entries of one stream (default: the alerts)."""
+        return (await self.read_streams(block_ms, count, (stream or self._k.alerts,)))[
+            stream or self._k.alerts
+        ]
+
+    async def read_streams(
+        self, block_ms: int | None = None, count: int = 100, streams: tuple[str, ...] = ()
+    ) -> dict[str, Entries]:
+        """New entries of every stream (default: alerts and system events), one call."""
+        names = streams or self.streams
         got: Any = await self._c.xreadgroup(
-            self._s.webhook_group, self.consumer, {self._k.alerts: ">"}, count=count, block=block_ms
+            self._s.webhook_group,
+            self.consumer,
+            dict.fromkeys(names, ">"),
+            count=count,
+            block=block_ms,
         )
-        return list(got[0][1]) if got else []
+        out: dict[str, Entries] = {name: [] for name in names}
+        for name, entries in got or []:
+            out[name.decode() if isinstance(name, bytes) else name] = list(entries)
+        return out
 
-    async def reclaim(self) -> Entries:
+    async def reclaim(self, stream: str | None = None) -> Entries:
         """Entries another (crashed) consumer read but never acknowledged."""
         out: Entries = []
         start = "0-0"
         while True:
             reply: Any = await self._c.xautoclaim(
-                self._k.alerts,
+                stream or self._k.alerts,
                 self._s.webhook_group,
                 self.consumer,
                 self._s.webhook_claim_idle_ms,
@@ -117,8 +143,9 @@ class Dispatcher:
         self.stats["reclaimed"] += len(out)
         return out
 
-    async def process(self, entries: Entries, ack: bool = True) -> int:
-        """Queue a delivery per matching endpoint for each entry, then XACK them."""
+    async def process(self, entries: Entries, ack: bool = True, stream: str | None = None) -> int:
+        """Queue a delivery per matching endpoint for each entry of ``stream`` (default:
+        the alerts), then XACK them."""
         if not entries:
             return 0
         endpoints = [e for e in await self.endpoints() if e.enabled]
@@ -126,19 +153,23 @@ class Dispatcher:
         queued = 0
         for _entry_id, fields in entries:
             try:
-                alert = decode_alert(fields)
+                message = decode(fields)
+                if not isinstance(message, Alert | SystemEvent):
+                    raise ValueError(f"{message.kind!r} is not delivered by webhooks")
             except ValueError as exc:
                 self.stats["bad_entries"] += 1
-                log.warning("alert stream entry dropped: %s", exc)
+                log.warning("stream entry dropped: %s", exc)
                 continue
-            body = alert.model_dump_json()
+            body = message.model_dump_json()
             for ep in endpoints:
-                if matches(event_type(alert), ep.event_types) and await self.queue.enqueue(
-                    ep.id, event_id(alert), call_key(alert), body, now
+                if matches(event_type(message), ep.event_types) and await self.queue.enqueue(
+                    ep.id, message_id(message), call_key(message), body, now
                 ):
                     queued += 1
         if ack:
-            await self._c.xack(self._k.alerts, self._s.webhook_group, *[i for i, _ in entries])
+            await self._c.xack(
+                stream or self._k.alerts, self._s.webhook_group, *[i for i, _ in entries]
+            )
         self.stats["intake"] += len(entries)
         self.stats["enqueued"] += queued
         if queued:
@@ -149,8 +180,11 @@ class Dispatcher:
         n = 0
         if time.monotonic() - self._last_claim >= self._s.webhook_claim_idle_ms / 2000:
             self._last_claim = time.monotonic()
-            n += await self.process(await self.reclaim())
-        return n + await self.process(await self.read_new(block_ms))
+            for stream in self.streams:
+                n += await self.process(await self.reclaim(stream), stream=stream)
+        for stream, entries in (await self.read_streams(block_ms)).items():
+            n += await self.process(entries, stream=stream)
+        return n
 
     # --- delivery ---------------------------------------------------------------------
     async def endpoints(self) -> list[Endpoint]:
@@ -181,13 +215,14 @@ class Dispatcher:
             await self._attempt(endpoint, d)
 
     async def _attempt(self, endpoint: Endpoint, d: Delivery) -> None:
-        alert = Alert.model_validate_json(d.alert_json)
+        message = parse(d.alert_json)
         started = self._clock.now()
-        expired = alert.expires_at is not None and datetime.now(UTC) > alert.expires_at
+        expires = message.expires_at if isinstance(message, Alert) else None
+        expired = expires is not None and datetime.now(UTC) > expires
         stale = expired or started - d.created > self._s.webhook_stale_after_s
         lane = self._policy.lane(d.attempts)
         result = await self.sender.send(
-            endpoint, d.event_id, envelope_json(alert, stale), self._policy.timeout(d.attempts)
+            endpoint, d.event_id, envelope_json(message, stale), self._policy.timeout(d.attempts)
         )
         attempts = d.attempts + 1
         self.stats["attempts"] += 1
