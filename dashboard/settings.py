@@ -1,8 +1,9 @@
 """The dashboard's one ``Settings`` class (pydantic-settings; read when built, never at
 import). Every field reads ``CALLSHIELD_DASHBOARD_<FIELD>``.
 
-The session key comes from a file (preferred) or the environment, never from Redis:
-whoever can write Redis must not be able to mint sessions.
+The session key comes from a file (preferred) or a secret spec (``file:/path``,
+``env:VAR``; a literal only for development: ``detectors.bus.secret_source``), never
+from Redis: whoever can write Redis must not be able to mint sessions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from detectors.bus.secret_source import resolve_secret
+
 _MIN_KEY_BYTES = 32
 
 
@@ -22,7 +25,7 @@ class DashboardSettings(BaseSettings):
 
     listen: str = "127.0.0.1:8080"
     # the session-signing key: a file (created 0600 with a random key when it does not
-    # exist and no key is set) or the environment
+    # exist and no key is set) or a secret spec (file:/path, env:VAR, dev-only literal)
     session_key_file: Path | None = None
     session_key: SecretStr | None = None
     # Secure cookies (``__Host-`` prefix): on by default; off only for http://localhost
@@ -51,10 +54,11 @@ class DashboardSettings(BaseSettings):
         return found
 
     def load_session_key(self, state_dir: Path) -> bytes:
-        """The session key: the environment's, the file's, or a new random key written
-        0600 to ``<state dir>/dashboard/session.key``. Short keys are refused."""
+        """The session key: ``session_key``'s spec, the file's, or a new random key
+        written 0600 to ``<state dir>/dashboard/session.key``. Short keys are refused."""
         if self.session_key is not None:
-            key = self.session_key.get_secret_value().encode()
+            spec = self.session_key.get_secret_value()
+            key = resolve_secret(spec, "CALLSHIELD_DASHBOARD_SESSION_KEY").encode()
         else:
             path = self.session_key_file or state_dir / "dashboard" / "session.key"
             if not path.exists() and self.session_key_file is None:

@@ -11,6 +11,7 @@ import secrets as pysecrets
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from detectors.bus.secret_source import resolve_secret
 from detectors.bus.settings import BusSettings
 
 SECRET_PREFIX = "whsec_"
@@ -22,11 +23,13 @@ def new_secret() -> str:
 
 
 def load_key(settings: BusSettings) -> Fernet:
-    """The encryption key: ``webhook_key_file`` (preferred), else ``webhook_key``."""
+    """The encryption key: ``webhook_key_file`` (preferred), else the ``webhook_key``
+    secret spec (``file:/path``, ``env:VAR``; a literal only for development)."""
     if settings.webhook_key_file is not None:
         raw = settings.webhook_key_file.read_bytes().strip()
     elif settings.webhook_key is not None:
-        raw = settings.webhook_key.get_secret_value().encode()
+        spec = settings.webhook_key.get_secret_value()
+        raw = resolve_secret(spec, "CALLSHIELD_WEBHOOK_KEY").encode()
     else:
         raise ValueError(
             "no webhook secret key: set CALLSHIELD_WEBHOOK_KEY_FILE (a file holding "
