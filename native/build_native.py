@@ -18,7 +18,16 @@ SRC = HERE / "src"
 _CDEF_RE = re.compile(r"/\*\s*CDEF BEGIN\s*\*/(.*?)/\*\s*CDEF END\s*\*/", re.S)
 
 # Headers in dependency order: cffi needs a type declared before it is used.
-HEADERS = ["cs_common.h", "g711.h", "rtp.h", "jb.h", "jb_bench.h", "srclock.h", "ingest.h"]
+HEADERS = [
+    "cs_common.h",
+    "g711.h",
+    "resample.h",
+    "rtp.h",
+    "jb.h",
+    "jb_bench.h",
+    "srclock.h",
+    "ingest.h",
+]
 
 
 def _cdef_text() -> str:
@@ -50,7 +59,7 @@ ffibuilder.set_source(
         "-fno-strict-aliasing",
         *os.environ.get("CALLSHIELD_CFLAGS", "").split(),
     ],
-    libraries=["pthread"],
+    libraries=["pthread", "m"],
 )
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ extern const cs_test_suite cs_suite_jb __attribute__((weak));
 extern const cs_test_suite cs_suite_srclock __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest_shared __attribute__((weak));
+extern const cs_test_suite cs_suite_resample __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -33,6 +34,7 @@ static const struct {
     {"srclock", &cs_suite_srclock},
     {"ingest", &cs_suite_ingest},
     {"ingest_shared", &cs_suite_ingest_shared},
+    {"resample", &cs_suite_resample},
 };
 
 /* ---- runner ------------------------------------------------------------------------ */

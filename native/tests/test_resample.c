@@ -1,0 +1,129 @@
+/* Sample-rate converter tests (native/src/resample.c): tone gain and phase against the
+ * analytic signal, rejection of what would alias, chunking invariance, exact output
+ * counts and reset. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cs_test.h"
+#include "resample.h"
+
+static const uint32_t PAIRS[][2] = {
+    {8000, 16000}, {16000, 8000}, {48000, 8000}, {48000, 16000}, {8000, 48000},
+    {24000, 16000}, {32000, 8000}, {32000, 16000}, {12000, 16000}, {16000, 48000},
+};
+#define N_PAIRS (sizeof PAIRS / sizeof PAIRS[0])
+
+static int16_t *sine(uint32_t rate, double freq, double amp, uint32_t n) {
+    int16_t *x = malloc(n * sizeof *x);
+    for (uint32_t i = 0; i < n; i++)
+        x[i] = (int16_t)lrint(amp * sin(2.0 * M_PI * freq * (double)i / (double)rate));
+    return x;
+}
+
+static void test_resample_supported(void) {
+    CHECK(cs_resampler_supported(8000, 16000));
+    CHECK(cs_resampler_supported(48000, 8000));
+    CHECK(cs_resampler_supported(16000, 16000));
+    CHECK(!cs_resampler_supported(44100, 16000)); /* 441/160 */
+    CHECK(!cs_resampler_supported(0, 8000));
+    CHECK(cs_resampler_new(44100, 8000) == NULL);
+}
+
+/* A passband tone comes out with unit gain, delayed by exactly cs_resampler_delay. */
+static void test_resample_tone_matches_analytic(void) {
+    for (size_t p = 0; p < N_PAIRS; p++) {
+        uint32_t fin = PAIRS[p][0], fout = PAIRS[p][1];
+        uint32_t fmin = fin < fout ? fin : fout;
+        const double freqs[] = {300.0, 0.25 * fmin, 0.42 * fmin};
+        for (size_t f = 0; f < 3; f++) {
+            cs_resampler *rs = cs_resampler_new(fin, fout);
+            REQUIRE(rs != NULL);
+            uint32_t n_in = fin / 5; /* 200 ms */
+            int16_t *x = sine(fin, freqs[f], 12000.0, n_in);
+            int16_t *y = malloc(cs_resampler_max_out(rs, n_in) * sizeof *y);
+            uint32_t n_out = cs_resampler_process(rs, x, n_in, y);
+            CHECK_EQ(n_out, (uint64_t)n_in * fout / fin);
+            double delay = cs_resampler_delay(rs), worst = 0.0;
+            for (uint32_t j = fout / 50; j < n_out; j++) { /* after 20 ms of warm-up */
+                double want = 12000.0 * sin(2.0 * M_PI * freqs[f] * ((double)j - delay) / fout);
+                double err = fabs((double)y[j] - want);
+                if (err > worst) worst = err;
+            }
+            /* rounding of input and output only, plus < 0.02 dB of ripple at the edge */
+            double limit = f == 2 ? 25.0 : 2.0;
+            if (worst > limit)
+                printf("  %u->%u at %.0f Hz: worst error %.1f\n", fin, fout, freqs[f], worst);
+            CHECK(worst <= limit);
+            free(x);
+            free(y);
+            cs_resampler_free(rs);
+        }
+    }
+}
+
+/* Input above 0.55 of the lower rate's Nyquist frequency does not alias back. */
+static void test_resample_rejects_alias(void) {
+    for (size_t p = 0; p < N_PAIRS; p++) {
+        uint32_t fin = PAIRS[p][0], fout = PAIRS[p][1];
+        if (fin <= fout) continue;
+        double freq = 0.6 * fout; /* folds to 0.4 * fout */
+        cs_resampler *rs = cs_resampler_new(fin, fout);
+        REQUIRE(rs != NULL);
+        uint32_t n_in = fin / 5;
+        int16_t *x = sine(fin, freq, 20000.0, n_in);
+        int16_t *y = malloc(cs_resampler_max_out(rs, n_in) * sizeof *y);
+        uint32_t n_out = cs_resampler_process(rs, x, n_in, y);
+        int peak = 0;
+        for (uint32_t j = fout / 50; j < n_out; j++)
+            if (abs(y[j]) > peak) peak = abs(y[j]);
+        CHECK(peak <= 2); /* 20000 attenuated by > 80 dB */
+        free(x);
+        free(y);
+        cs_resampler_free(rs);
+    }
+}
+
+/* Chunked processing is bit-identical to one call; reset restarts from silence. */
+static void test_resample_chunking_and_reset(void) {
+    uint32_t rng = 12345;
+    for (size_t p = 0; p < N_PAIRS; p++) {
+        uint32_t fin = PAIRS[p][0], fout = PAIRS[p][1];
+        uint32_t n_in = 3000;
+        int16_t *x = malloc(n_in * sizeof *x);
+        for (uint32_t i = 0; i < n_in; i++) x[i] = (int16_t)(cs_test_rng(&rng) & 0xFFFF);
+        cs_resampler *a = cs_resampler_new(fin, fout), *b = cs_resampler_new(fin, fout);
+        REQUIRE(a != NULL && b != NULL);
+        int16_t *ya = malloc(cs_resampler_max_out(a, n_in) * sizeof *ya);
+        int16_t *yb = malloc(cs_resampler_max_out(b, n_in) * sizeof *yb);
+        uint32_t na = cs_resampler_process(a, x, n_in, ya), nb = 0, done = 0;
+        while (done < n_in) {
+            uint32_t chunk = 1 + cs_test_rng(&rng) % 1500;
+            if (chunk > n_in - done) chunk = n_in - done;
+            nb += cs_resampler_process(b, x + done, chunk, yb + nb);
+            done += chunk;
+        }
+        CHECK_EQ(nb, na);
+        CHECK(memcmp(ya, yb, na * sizeof *ya) == 0);
+        cs_resampler_reset(a);
+        int16_t *y2 = malloc(cs_resampler_max_out(a, fin / 100) * sizeof *y2);
+        uint32_t n2 = cs_resampler_process(a, x, fin / 100, y2); /* 10 ms */
+        CHECK_EQ(n2, fout / 100);
+        CHECK(memcmp(y2, ya, n2 * sizeof *y2) == 0);
+        free(y2);
+        free(x);
+        free(ya);
+        free(yb);
+        cs_resampler_free(a);
+        cs_resampler_free(b);
+    }
+}
+
+static const cs_test_case resample_cases[] = {
+    {"supported", test_resample_supported},
+    {"tone_matches_analytic", test_resample_tone_matches_analytic},
+    {"rejects_alias", test_resample_rejects_alias},
+    {"chunking_and_reset", test_resample_chunking_and_reset},
+};
+const cs_test_suite cs_suite_resample = {"resample", resample_cases,
+                                         CS_TEST_COUNT(resample_cases)};
