@@ -114,6 +114,30 @@ class CallPublic(BaseModel):
         return mask_number(value)
 
 
+class DimensionRisk(BaseModel):
+    """The latest alert of one dimension on a call."""
+
+    band: Band
+    score: float
+    threshold: float
+    alert_id: str
+    revision: int
+    updated_at: datetime
+    reasons: list[str]  # short texts, for an agent desktop
+
+
+class CallRisk(BaseModel):
+    """What an IVR or agent desktop asks mid-call: how risky is this call now?"""
+
+    call_id: str
+    state: str  # started, updated, held, resumed, ended (the last call event)
+    band: Band  # the highest band over all dimensions; low when nothing was raised
+    dimensions: dict[Dimension, DimensionRisk] = Field(default_factory=dict)
+    unanalyzed: str = ""  # why the call is not analysed ("capacity", ...); "" if it is
+    correlation_id: str | None = None
+    as_of: datetime  # when this answer was read
+
+
 class TimelinePoint(BaseModel):
     t: float  # window end, seconds from the call's start
     score: float

@@ -13,6 +13,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio
@@ -24,13 +25,15 @@ from dashboard.schemas import (
     AlertPublic,
     CallDetail,
     CallPublic,
+    CallRisk,
     Comment,
+    DimensionRisk,
     Health,
     StreamHealth,
     TimelinePoint,
     Triage,
 )
-from detectors.alert_schema import Alert, Band, CallEvent, ScoreUpdate
+from detectors.alert_schema import Alert, Band, CallEvent, Dimension, ScoreUpdate
 from detectors.bus.codec import decode_alert
 from detectors.bus.keys import Keys
 
@@ -210,6 +213,54 @@ class DashboardStore:
         if fields.get("json"):
             ids = dict(CallEvent.model_validate_json(fields["json"]).external_ids)
         return {"ani": fields.get("ani", ""), "dnis": fields.get("dnis", ""), "external_ids": ids}
+
+    async def call_by_external_id(self, system: str, external_id: str) -> str | None:
+        value = await self._r.get(self.keys.external_id(system, external_id))
+        return _s(value) or None
+
+    async def call_risk(self, call_id: str) -> CallRisk | None:
+        """One HGETALL of the call's hash: its last event and the latest alert of each
+        dimension (kept there by the bus publisher), never a stream scan."""
+        raw: Any = await self._r.hgetall(self.keys.call(call_id))
+        if not raw:
+            return None
+        fields = {_s(k): _s(v) for k, v in raw.items()}
+        event = None
+        if fields.get("json"):
+            try:
+                event = CallEvent.model_validate_json(fields["json"])
+            except ValueError:
+                event = None
+        dims: dict[Dimension, DimensionRisk] = {}
+        for name, body in fields.items():
+            if not name.startswith("risk:") or name.endswith(":rank"):
+                continue
+            try:
+                alert = Alert.model_validate_json(body)
+            except ValueError:
+                continue
+            dims[alert.dimension] = DimensionRisk(
+                band=alert.band,
+                score=alert.score,
+                threshold=alert.threshold,
+                alert_id=alert.alert_id,
+                revision=alert.revision,
+                updated_at=alert.updated_at,
+                reasons=[mask_text(r.detail) or r.dimension.value for r in alert.reasons],
+            )
+        top = max(dims.values(), key=lambda d: BAND_RANK[d.band], default=None)
+        unanalyzed = ""
+        if event is not None and event.reason.startswith("unanalyzed:"):
+            unanalyzed = event.reason.partition(":")[2]
+        return CallRisk(
+            call_id=call_id,
+            state=fields.get("state", "unknown"),
+            band=top.band if top else Band.LOW,
+            dimensions=dims,
+            unanalyzed=unanalyzed,
+            correlation_id=event.correlation_id if event else None,
+            as_of=datetime.fromtimestamp(self._clock(), UTC),
+        )
 
     async def call_detail(self, call_id: str) -> CallDetail | None:
         (fields,) = await self._call_hashes([call_id])

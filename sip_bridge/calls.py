@@ -390,13 +390,22 @@ class CallController:
             at=datetime.now(UTC),
             reason=reason,
             correlation_id=call.correlation_id,
-            external_ids=dict(call.external_ids),
+            external_ids=_external_ids(call),
             legs={leg.leg_id: leg.role for leg in call.legs.values()},
         )
         try:
             self.publisher.publish(ev, snapshot)
         except Exception:
             log.exception("publishing a call event failed")
+
+
+def _external_ids(call: Call) -> dict[str, str]:
+    """The ids other systems know the call by; a SIP call's Call-ID as ``sip-call-id``
+    (integrators ask for risk by it, issue 12)."""
+    ids = dict(call.external_ids)
+    if call.sip_call_id:
+        ids.setdefault("sip-call-id", call.sip_call_id)
+    return ids
 
 
 def _user(aor: str) -> str:

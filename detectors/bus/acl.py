@@ -82,6 +82,7 @@ def components(prefix: str) -> dict[str, Component]:
         k.events,
         k.call("*"),
         k.live_calls,
+        k.external_id("*", "*"),
         system,
         system_state,
     )
@@ -108,6 +109,8 @@ def components(prefix: str) -> dict[str, Component]:
                     "persist",
                     "zadd",
                     "zrem",
+                    "set",  # extid:<system>:<id> -> call id
+                    "exists",  # the call-risk script
                 ),
             ),
         ),

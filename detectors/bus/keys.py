@@ -13,7 +13,9 @@ Streams:
                           hash slot, so one XREADGROUP reads both on Redis Cluster)
   ``system:state``        hash ``<topic>:<node>:<subject>`` -> the latest system event
                           (the dashboard's coverage banner)
-Call state: ``call:<call_id>`` hash for live calls, ``calls:live`` sorted set.
+Call state: ``call:<call_id>`` hash for live calls (the last call event, and
+``risk:<dimension>``: the latest alert of each dimension), ``calls:live`` sorted set,
+``extid:<system>:<id>`` -> call id (Twilio CallSid, Asterisk channel, SIP Call-ID, ...).
 Detector shared state: ``watchlist:<tenant>``, ``enrol:<tenant>:<subject>``,
 ``fp:<bucket>``, ``ani:<window>:<ani_hash>`` (ANIs only as keyed hashes, never raw).
 Webhooks: ``wh:*`` (``detectors.bus.webhooks.store``).
@@ -59,6 +61,10 @@ class Keys:
     @property
     def live_calls(self) -> str:
         return f"{self.prefix}calls:live"
+
+    def external_id(self, system: str, value: str) -> str:
+        """A PBX's / CPaaS's own id of a call -> our call id (string key)."""
+        return f"{self.prefix}extid:{system}:{value}"
 
     # --- detector shared state (DESIGN §1 SharedState) ------------------------------
     def watchlist(self, tenant: str) -> str:

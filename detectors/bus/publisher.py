@@ -49,6 +49,27 @@ redis.call('EXPIRE', KEYS[2], ARGV[3])
 return {1, id}
 """
 
+# The call's live risk, one field per dimension: the latest alert (by updated_at, then
+# revision) of that dimension, so an integrator's "risk of this call now?" is one HGETALL
+# (DESIGN §6). KEYS: call hash. ARGV: dimension, rank, json, ttl_s (used only when the
+# call's hash does not exist yet: an alert published after its call state expired).
+_CALL_RISK = """
+local f = 'risk:' .. ARGV[1]
+local had = redis.call('EXISTS', KEYS[1])
+local rank = tonumber(redis.call('HGET', KEYS[1], f .. ':rank') or '-1')
+if tonumber(ARGV[2]) >= rank then
+  redis.call('HSET', KEYS[1], f, ARGV[3], f .. ':rank', ARGV[2])
+end
+if had == 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+return 1
+"""
+
+
+def risk_rank(alert: Alert) -> int:
+    """Orders a dimension's alerts: later updates win, then higher revisions."""
+    return int(alert.updated_at.timestamp() * 1000) * 1000 + min(alert.revision, 999)
+
+
 AckCallback = Callable[[str, int, str], None]  # alert_id, revision, stream entry id
 
 
@@ -83,6 +104,7 @@ class AlertPublisher:
         self._outbox = outbox or Outbox(settings.outbox_path, settings.outbox_max_entries)
         self._on_acked = on_alert_acked
         self._script = client.register_script(_XADD_ALERT)
+        self._risk_script = client.register_script(_CALL_RISK)
         self._strict = StrictWaiter(settings.durability == "strict", settings.strict_timeout_ms)
         self._queue: collections.deque[Entry] = collections.deque()
         self._wake = threading.Event()
@@ -220,6 +242,7 @@ class AlertPublisher:
         try:
             pipe = self._client.pipeline(transaction=False)
             pipe.client_id()  # changes when the connection was re-established
+            counts: list[int] = []  # replies each entry queues, for _account
             for e in entries:
                 if e.kind == "alert":
                     self._script(
@@ -227,6 +250,8 @@ class AlertPublisher:
                         args=[e.revision, e.payload, s.dedupe_ttl_s],
                         client=pipe,
                     )
+                    self._call_risk(pipe, e.payload)
+                    counts.append(2)
                 elif e.kind == "score":
                     pipe.xadd(
                         keys.scores,
@@ -234,10 +259,12 @@ class AlertPublisher:
                         maxlen=s.scores_maxlen,
                         approximate=True,
                     )
+                    counts.append(1)
                 elif e.kind == "system":
                     self._system(pipe, e.payload)
+                    counts.append(2)
                 else:
-                    self._call_state(pipe, e.payload)
+                    counts.append(self._call_state(pipe, e.payload))
             results = pipe.execute()
             if any(e.kind == "alert" for e in entries):
                 self._strict.wait(self._client)
@@ -259,10 +286,24 @@ class AlertPublisher:
             if self._conn_id is not None:
                 self.stats.alerts_resent += self._outbox.unsend_all()
             self._conn_id = conn_id
-        self._account(entries, results[1:])
+        self._account(entries, results[1:], counts)
         return True
 
-    def _call_state(self, pipe: redis.client.Pipeline, payload: str) -> None:
+    def _call_risk(self, pipe: redis.client.Pipeline, payload: str) -> None:
+        alert = Alert.model_validate_json(payload)
+        self._risk_script(
+            keys=[self._keys.call(alert.call_id)],
+            args=[
+                alert.dimension.value,
+                risk_rank(alert),
+                payload,
+                self._settings.call_state_ttl_s,
+            ],
+            client=pipe,
+        )
+
+    def _call_state(self, pipe: redis.client.Pipeline, payload: str) -> int:
+        """Queue the call event's commands; returns how many replies they produce."""
         keys, s = self._keys, self._settings
         event = CallEvent.model_validate_json(payload)
         pipe.xadd(
@@ -273,12 +314,22 @@ class AlertPublisher:
         )
         key = keys.call(event.call_id)
         pipe.hset(key, mapping={"state": event.event, "at": event.at.isoformat(), "json": payload})
-        if event.event == "ended":
+        ended = event.event == "ended"
+        if ended:
             pipe.zrem(keys.live_calls, event.call_id)
             pipe.expire(key, s.call_state_ttl_s)
         else:
             pipe.zadd(keys.live_calls, {event.call_id: event.at.timestamp()})
             pipe.persist(key)
+        # integrators name calls by their own ids: <system>:<id> -> call id, kept as
+        # long as the call's state
+        ext = [keys.external_id(system, value) for system, value in event.external_ids.items()]
+        for name in ext:
+            if ended:
+                pipe.set(name, event.call_id, ex=s.call_state_ttl_s)
+            else:
+                pipe.set(name, event.call_id)
+        return 4 + len(ext)
 
     def _system(self, pipe: redis.client.Pipeline, payload: str) -> None:
         keys = self._keys
@@ -291,13 +342,13 @@ class AlertPublisher:
         )
         pipe.hset(keys.system_state, state_field(event), payload)
 
-    def _account(self, entries: list[Entry], results: list[object]) -> None:
-        # results has one reply per queued command; call events queue several
+    def _account(self, entries: list[Entry], results: list[object], counts: list[int]) -> None:
+        # results has one reply per queued command; counts says how many per entry
         it = iter(results)
-        for e in entries:
+        for e, n in zip(entries, counts, strict=True):
+            replies = [next(it) for _ in range(n)]
             if e.kind == "alert":
-                reply = cast(list[object], next(it))
-                created, stream_id = reply
+                created, stream_id = cast(list[object], replies[0])
                 sid = stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id)
                 if created:
                     self.stats.alerts_published += 1
@@ -306,13 +357,8 @@ class AlertPublisher:
                 if self._on_acked is not None:
                     self._on_acked(e.alert_id, e.revision, sid)
             elif e.kind == "score":
-                next(it)
                 self.stats.scores_published += 1
             elif e.kind == "system":
-                next(it)
-                next(it)
                 self.stats.system_published += 1
             else:
-                for _ in range(4):
-                    next(it)
                 self.stats.events_published += 1

@@ -28,6 +28,8 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/api/v1/labels", None, "analyst"),
     ("GET", "/api/v1/calls", None, "viewer"),
     ("GET", "/api/v1/calls/call-1", None, "viewer"),
+    ("GET", "/api/v1/calls/call-1/risk", None, "viewer"),
+    ("GET", "/api/v1/calls/by-external-id/{system}/{external_id}/risk", None, "viewer"),
     ("POST", "/api/v1/calls/call-1/reveal", {"reason": "callback to customer"}, "analyst"),
     ("GET", "/api/v1/users", None, "admin"),
     ("POST", "/api/v1/users", {"username": "new", "password": PASSWORD, "role": "viewer"}, "admin"),
@@ -63,6 +65,7 @@ def _seed(dash: Dash) -> None:
 
 
 def _path(path: str) -> str:
+    path = path.replace("{system}", "asterisk").replace("{external_id}", "1764504000.42")
     return path.replace("{alert}", ALERT_ID)
 
 
