@@ -6,7 +6,9 @@ engine's frame sink, the call controller's publisher and its admission.
   answered but marked ``unanalyzed:capacity`` (DESIGN §8).
 - Call events (signalling thread): forwarded to the bus; they also say which legs the
   runtime should analyse, with their roles (SIPREC metadata, vendor tracks, the API).
-  ``ended`` gets the call's coverage record attached.
+  ``ended`` gets the call's coverage record attached, and goes to the coverage
+  tracker (``/metrics`` and the coverage objective, whose transitions are published
+  as system events).
 - Frames (playout thread, under the media engine's lock, so direct ``Ingest`` calls
   are safe here): every tick goes to the runtime in one call; legs are registered with
   its frame bank on this thread only (the bank is not thread-safe). The internal leg
@@ -21,6 +23,7 @@ it while calling the media engine. ``WindowTally``'s lock is a leaf.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -28,7 +31,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from detectors.alert_schema import Alert, CallCoverage, CallEvent, LegRole, ScoreUpdate
+from detectors.alert_schema import (
+    Alert,
+    CallCoverage,
+    CallEvent,
+    CallMedia,
+    LegCoverage,
+    LegRole,
+    ScoreUpdate,
+    SystemEvent,
+)
+from detectors.bus.coverage_objective import CoverageTracker
 from detectors.contract import WindowResult
 from detectors.runtime import DetectorRuntime
 from native.ingest import Ingest, PulledFrames
@@ -56,6 +69,8 @@ class BusPublisher(Protocol):
 
     def publish_event(self, event: CallEvent) -> None: ...
 
+    def publish_system(self, event: SystemEvent) -> None: ...
+
 
 @dataclass(slots=True)
 class _CallState:
@@ -81,8 +96,10 @@ class Analysis:
         bus: BusPublisher,
         ingest: Ingest,
         windows: WindowTally | None = None,
+        coverage: CoverageTracker | None = None,
     ) -> None:
         """``windows`` must be the tally the runtime's ``on_result`` feeds."""
+        self.coverage = coverage
         self.runtime = runtime
         self.bus = bus
         self.ingest = ingest
@@ -130,6 +147,19 @@ class Analysis:
         else:
             self._update(call)
         self.bus.publish_event(event)
+        if self.coverage is not None:
+            for system_event in self.coverage.observe(event):
+                c = system_event.coverage
+                if c is not None:
+                    log.warning(
+                        "%s: %s covered on %d of the last %d calls (objective %.2f)",
+                        system_event.type,
+                        c.dimension.value,
+                        c.covered_calls,
+                        c.calls,
+                        c.objective,
+                    )
+                self.bus.publish_system(system_event)
 
     def _update(self, call: Call) -> None:
         with self._lock:
@@ -175,15 +205,18 @@ class Analysis:
                 self.runtime.end_call(call.call_id)  # final alert revisions, admission
             del self._calls[call.call_id]
             self._dirty = True
-        dims = self._windows.take(call.call_id)
+        expected = tuple(sorted({p.spec.dimension for p in self.runtime.plans}))
+        dims = self._windows.take(call.call_id, expected if st.analysed else ())
+        per_leg = {leg_id: t.coverage() for leg_id, t in sorted(tallies.items())}
         return CallCoverage(
             duration_s=round(time.monotonic() - st.started, 3),
+            media=_media(list(per_leg.values())),
             analysed=st.analysed,
             unanalyzed=st.unanalyzed,
             detectors={p.spec.name: p.spec.version for p in self.runtime.plans}
             if st.analysed
             else {},
-            legs={leg_id: t.coverage() for leg_id, t in sorted(tallies.items())},
+            legs=per_leg,
             dimensions=dims,
         )
 
@@ -255,6 +288,10 @@ class Analysis:
             self.runtime.bank.update_leg_stats(sid, int(st["packets_late"]), jitter_ms)
             tally = self._tallies.get(leg_id)
             if tally is not None:
+                if not tally.first_packet_ns:
+                    with contextlib.suppress(OSError):
+                        counters = self.ingest.stream_counters(sid)
+                        tally.first_packet_ns = int(counters["first_arrival_ns"])
                 tally.packets_received = int(st["packets_received"])
                 tally.packets_lost = int(st["packets_lost"])
                 tally.packets_late = int(st["packets_late"])
@@ -278,6 +315,13 @@ class Analysis:
     @property
     def live_calls(self) -> int:
         return len(self._calls)
+
+
+def _media(legs: list[LegCoverage]) -> CallMedia:
+    silent = sum(leg.silent for leg in legs)
+    if not legs or silent == len(legs):
+        return "none"
+    return "one_way" if silent else "all"
 
 
 class EnrichingPublisher:

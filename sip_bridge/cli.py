@@ -15,8 +15,8 @@ from collections.abc import Sequence
 # subcommand -> module exposing add_parser(subparsers) and run(args) -> int
 _COMMANDS: dict[str, str] = {
     "bench": "sip_bridge.bench.cli",
-    "coverage": "detectors.bus.coverage_cli",
     "bridge": "sip_bridge.bridge",
+    "coverage": "detectors.bus.coverage_cli",
     "dashboard": "dashboard.cli",
     "demo": "sip_bridge.demo",
     "eval": "detectors.eval.cli",

@@ -42,6 +42,7 @@ class LegTally:
     frames: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(N_FLAGS, np.int64))
     first_seen_ns: int = 0  # first tick the leg was in a pull
     first_media_ns: int = 0  # first tick with a NORMAL or CNG frame
+    first_packet_ns: int = 0  # the first datagram's arrival (ingest counters)
     packets_received: int = 0
     packets_lost: int = 0
     packets_late: int = 0
@@ -54,11 +55,21 @@ class LegTally:
         if first_media and (not self.first_media_ns or first_media < self.first_media_ns):
             self.first_media_ns = first_media
 
+    @property
+    def silent(self) -> bool:
+        """No packet and no media frame while the leg was not paused."""
+        no_media = not (self.first_packet_ns or self.first_media_ns or self.packets_received)
+        return no_media and not self.frames[PAUSED]
+
     def coverage(self) -> LegCoverage:
         f = self.frames
         ttfp = None
-        if self.first_media_ns and self.first_seen_ns:
-            ttfp = max(0.0, (self.first_media_ns - self.first_seen_ns) / 1e9)
+        # from the leg's first playout tick (its stream opened within a tick) to its
+        # first datagram; else, if the stats were not read since, its first media frame
+        # (which adds the jitter buffer's initial delay)
+        first = self.first_packet_ns or self.first_media_ns
+        if first and self.first_seen_ns:
+            ttfp = max(0.0, (first - self.first_seen_ns) / 1e9)
         return LegCoverage(
             role=self.role,
             media_s=round(float(f[NORMAL]) * FRAME_S, 3),
@@ -71,6 +82,7 @@ class LegTally:
             packets_lost=self.packets_lost,
             packets_late=self.packets_late,
             analysed=self.analysed,
+            silent=self.silent,
         )
 
 
@@ -165,9 +177,15 @@ class WindowTally:
                 t.speech_s += r.quality.net_speech_s * new_share
                 t.covered_to[r.key.leg_id] = end
 
-    def take(self, call_id: str) -> dict[Dimension, DimensionCoverage]:
+    def take(
+        self, call_id: str, expected: tuple[Dimension, ...] = ()
+    ) -> dict[Dimension, DimensionCoverage]:
+        """The call's coverage per dimension; ``expected`` dimensions that produced no
+        window are listed with zero windows."""
         with self._lock:
             dims = self._calls.pop(call_id, {})
+        for dim in expected:
+            dims.setdefault(dim, _DimTally())
         return {
             dim: DimensionCoverage(
                 windows=t.windows,

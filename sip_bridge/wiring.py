@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from detectors.admission import AdmissionConfig, OverloadPolicy
 from detectors.bus.connect import resolve_url, sync_client
+from detectors.bus.coverage_objective import CoverageRule, CoverageTracker, Objective
 from detectors.bus.embedded import EmbeddedRedis, Supervisor
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.settings import BusSettings
@@ -35,6 +36,7 @@ from detectors.runtime import DetectorRuntime, RuntimeConfig
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
 from sip_bridge.coverage import WindowTally
+from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.http import StatusServer
 from sip_bridge.settings import Settings, split_host_port
 
@@ -114,6 +116,13 @@ class Wiring:
         self.bus = AlertPublisher(self.client, self.bus_settings)
         self.enricher = EnrichingPublisher(self.bus)
         self.windows = WindowTally()
+        bs = self.bus_settings
+        self.coverage = CoverageTracker(
+            {d.spec.dimension for d in detectors},
+            bs.node_id,
+            CoverageRule.from_settings(bs),
+            Objective.from_settings(bs),
+        )
         longest = max((d.spec.window_s for d in detectors), default=1.0)
         max_calls = settings.max_analysed_calls
         self.runtime = DetectorRuntime(
@@ -156,10 +165,11 @@ class Wiring:
     # ---- lifecycle --------------------------------------------------------------------
 
     def attach(self, ingest: Ingest) -> Analysis:
-        self.analysis = Analysis(self.runtime, self.bus, ingest, self.windows)
+        self.analysis = Analysis(self.runtime, self.bus, ingest, self.windows, self.coverage)
         self.enricher.analysis = self.analysis
         self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)
         self.detector_metrics.registry.register(_BridgeCollector(self))
+        self.detector_metrics.registry.register(CoverageCollector(self.coverage))
         return self.analysis
 
     def start(self, alive: Callable[[], bool]) -> None:
