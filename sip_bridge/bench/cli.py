@@ -12,6 +12,7 @@ BENCHMARKS: dict[str, str] = {
     "ingest": "sip_bridge.bench.ingest",
     "capacity": "sip_bridge.bench.capacity",
     "sip": "sip_bridge.bench.sip",
+    "risk-api": "sip_bridge.bench.risk_api",
 }
 
 
