@@ -164,8 +164,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "CALLSHIELD_STATE_DIR": str(Path(tmp) / "state"),
                 "CALLSHIELD_KEY_PREFIX": "bench:",
             }
-            bus = BusSettings(
-                redis_url=server.url, state_dir=Path(tmp) / "pub", key_prefix="bench:"
+            bus = BusSettings.model_validate(
+                {"redis_url": server.url, "state_dir": Path(tmp) / "pub", "key_prefix": "bench:"}
             )
             calls = _seed(bus, calls_n)
             key = subprocess.run(
