@@ -33,7 +33,7 @@ from dashboard.schemas import (
     TimelinePoint,
     Triage,
 )
-from detectors.alert_schema import Alert, Band, CallEvent, Dimension, ScoreUpdate
+from detectors.alert_schema import Alert, Band, CallEvent, Dimension, ScoreUpdate, SystemEvent
 from detectors.bus.codec import decode_alert
 from detectors.bus.keys import Keys
 
@@ -342,3 +342,23 @@ class DashboardStore:
             streams=streams,
             live_calls=live,
         )
+
+    # --- system state -------------------------------------------------------------------
+    async def coverage_degraded(self) -> list[SystemEvent]:
+        """Each node's dimensions whose latest coverage event says degraded (the banner);
+        an unreachable Redis or an unreadable entry shows no banner rather than an error."""
+        try:
+            raw: Any = await self._r.hgetall(self.keys.system_state)
+        except (redis.RedisError, OSError):
+            return []
+        out = []
+        for name, body in raw.items():
+            if not _s(name).startswith("system.coverage:"):
+                continue
+            try:
+                event = SystemEvent.model_validate_json(body)
+            except ValueError:
+                continue
+            if event.type == "system.coverage.degraded" and event.coverage is not None:
+                out.append(event)
+        return sorted(out, key=lambda e: (e.node_id, e.coverage.dimension if e.coverage else ""))

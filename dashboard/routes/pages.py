@@ -100,7 +100,15 @@ async def calls_page(
     request: Request, who: PageViewer, ctx: CtxDep, band: Band | None = None
 ) -> Response:
     calls = await ctx.store.live_calls(band=band)
-    return render(request, "calls.html", who, calls=calls, band=band, page="calls")
+    return render(
+        request,
+        "calls.html",
+        who,
+        calls=calls,
+        band=band,
+        page="calls",
+        coverage_degraded=await ctx.store.coverage_degraded(),
+    )
 
 
 @router.get("/alerts")
@@ -123,6 +131,7 @@ async def alerts_page(
         status=status,
         band=band,
         page="alerts",
+        coverage_degraded=await ctx.store.coverage_degraded(),
     )
 
 
@@ -148,7 +157,13 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
 async def system_page(request: Request, who: PageViewer, ctx: CtxDep) -> Response:
     found = await ctx.store.health()
     return render(
-        request, "system.html", who, health=found, clients=len(ctx.hub.clients), page="system"
+        request,
+        "system.html",
+        who,
+        health=found,
+        clients=len(ctx.hub.clients),
+        page="system",
+        coverage_degraded=await ctx.store.coverage_degraded(),
     )
 
 
