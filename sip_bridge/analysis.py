@@ -57,6 +57,8 @@ JB_SUM_FIELDS = (
     "packets_late",
     "concealed_samples",
     "concealment_events",
+    "packets_dtmf",  # RFC 4733 packets and events: counts only, never digits (DESIGN §2)
+    "dtmf_events",
 )
 
 
