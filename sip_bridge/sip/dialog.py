@@ -122,6 +122,7 @@ class Dialog:
     sdp_session: int = 0
     sdp_version: int = 0
     answer_at: float | None = None  # a delayed answer (plain SIP, answer_delay)
+    session_expires_at: float | None = None  # RFC 4028: hang up if no refresh by then
     unanalyzed: str = ""
 
     @property

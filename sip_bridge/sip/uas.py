@@ -206,6 +206,7 @@ class SipUas:
             version=dialog.sdp_version,
         )
         extra = self._dialog_headers(dialog, req)
+        _arm_session_timer(dialog, req, now)
         return [
             self._reply(
                 tx, 200, now, to_tag=dialog.local_tag, extra=extra, body=bytes(dialog.answer)
@@ -252,6 +253,7 @@ class SipUas:
         send_sdp = req.method == "INVITE" or streams is not None
         body_bytes = bytes(dialog.answer) if send_sdp and dialog.answer is not None else b""
         extra = self._dialog_headers(dialog, req)
+        _arm_session_timer(dialog, req, now)  # a refresh (or, without the header, off)
         return [self._reply(tx, 200, now, to_tag=dialog.local_tag, extra=extra, body=body_bytes)]
 
     _on_update = _modify
@@ -317,6 +319,9 @@ class SipUas:
         for dialog in list(self.dialogs.values()):
             if dialog.answer_at is not None and now >= dialog.answer_at:
                 out += self._answer(dialog, now)
+            elif dialog.session_expires_at is not None and now >= dialog.session_expires_at:
+                self.stats["session_timer_expired"] += 1
+                out += self.hangup(dialog.call_id, "session_timer_expired", now)
         if now >= self._next_media_check:
             self._next_media_check = now + 1.0
             timeout_ns = int(self.config.rtp_timeout * 1e9)
@@ -344,6 +349,7 @@ class SipUas:
     def next_deadline(self) -> float | None:
         times = [self.transactions.next_deadline(), self.clients.next_deadline()]
         times += [d.answer_at for d in self.dialogs.values()]
+        times += [d.session_expires_at for d in self.dialogs.values()]
         return min((t for t in times if t is not None), default=None)
 
     # ---- helpers ----------------------------------------------------------------------
@@ -426,6 +432,17 @@ def _session_expires(req: SipRequest) -> int | None:
         return None
     head = value.partition(";")[0].strip()
     return int(head) if head.isdigit() and len(head) < 10 else None
+
+
+def _arm_session_timer(dialog: Dialog, req: SipRequest, now: float) -> None:
+    """RFC 4028 with the peer (uac) as refresher: a session refresh must come before
+    the interval ends; we, the other side, send BYE at expiry minus min(32 s, SE/3)
+    (section 10). A refresh without Session-Expires turns the timer off."""
+    se = _session_expires(req)
+    if se is None:
+        dialog.session_expires_at = None
+        return
+    dialog.session_expires_at = now + se - min(32.0, se / 3)
 
 
 def _uri_user(uri: str) -> str:
