@@ -71,7 +71,7 @@ def test_refreshes_keep_the_call_and_a_refresh_without_the_header_turns_it_off()
 
 def test_calls_without_session_timers_never_expire() -> None:
     h = harness()
-    trying, ok = h.send(invite())
+    _trying, ok = h.send(invite())
     tag = NameAddr.parse(ok.headers.get("To") or "").tag or ""
     h.send(in_dialog("ACK", tag, cseq=1, branch="z9hG4bKack1"), now=0.1)
     assert not _byes(h, until=1000.0)
