@@ -50,7 +50,8 @@ def test_banner_while_coverage_is_degraded(dash: Dash) -> None:
     for path in ("/", "/alerts", "/system"):
         page = dash.client.get(path).text
         assert 'id="coverage-banner"' in page, path
-        assert "synthetic voice on node-a (40 of the last 50 calls analysed, objective 95 %)" in page
+        said = "synthetic voice on node-a (40 of the last 50 calls analysed, objective 95 %)"
+        assert said in page
         assert "replay on node-b (45 of the last 50" in page
     _publish(dash, _event("system.coverage.recovered", Dimension.SYNTHETIC_VOICE, 49))
     page = dash.client.get("/").text
