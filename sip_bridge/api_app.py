@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from sip_bridge.adapters.whip import include_whip
 from sip_bridge.calls import CallController
 from sip_bridge.control_api import control_router
 from sip_bridge.settings import Settings
@@ -22,4 +23,5 @@ def build_api(controller: CallController, settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.include_router(control_router(controller, settings))
+    include_whip(app, controller, settings)  # WHIP: POST /v1/whip, its resources
     return app

@@ -55,6 +55,14 @@ class Settings(BaseSettings):
     control_api_token: SecretStr | None = None  # bearer token of the control API (RTP attach)
     # the HTTP/WebSocket API (control API, WHIP, media WebSockets): host:port, "" = off
     api_listen: str = "127.0.0.1:8180"
+    # WHIP (WebRTC publish, sip_bridge.adapters.whip): bearer token (none = off), audio
+    # codecs in order of preference (those the native jitter buffer cannot decode are
+    # skipped), the host addresses ICE offers ("" = aioice's choice, which skips
+    # loopback), and the origins allowed by CORS ("*" or a comma list; "" = none)
+    whip_token: SecretStr | None = None
+    whip_codecs: str = "opus,PCMU,PCMA"
+    whip_ice_addresses: str = ""
+    whip_cors_origins: str = ""
 
     @field_validator("sip_listen")
     @classmethod
