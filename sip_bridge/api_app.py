@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from sip_bridge.adapters.twilio_media import twilio_router
 from sip_bridge.adapters.whip import include_whip
+from sip_bridge.adapters.ws_common import AdapterStats
 from sip_bridge.calls import CallController
 from sip_bridge.control_api import control_router
 from sip_bridge.settings import Settings
@@ -23,5 +25,8 @@ def build_api(controller: CallController, settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.include_router(control_router(controller, settings))
+    adapter_stats: dict[str, AdapterStats] = {}  # media-WebSocket counters, for /metrics
+    app.state.adapter_stats = adapter_stats
+    app.include_router(twilio_router(controller, settings, adapter_stats))
     include_whip(app, controller, settings)  # WHIP: POST /v1/whip, its resources
     return app

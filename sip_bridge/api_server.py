@@ -43,6 +43,7 @@ class ApiServer:
             ws_ping_timeout=20.0,
             timeout_graceful_shutdown=5,
         )
+        self.app = app
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
 

@@ -55,6 +55,16 @@ class Settings(BaseSettings):
     control_api_token: SecretStr | None = None  # bearer token of the control API (RTP attach)
     # the HTTP/WebSocket API (control API, WHIP, media WebSockets): host:port, "" = off
     api_listen: str = "127.0.0.1:8180"
+    # media WebSockets (sip_bridge.adapters); an adapter without its credential is off.
+    # Twilio signs with the account's auth token; twilio_public_url is the wss:// origin
+    # Twilio connects to when a proxy terminates TLS.
+    twilio_auth_token: SecretStr | None = None
+    twilio_public_url: str | None = None
+    ws_max_chunk_ms: int = Field(default=1000, ge=20, le=10000)  # audio in one message
+    ws_media_burst_s: float = Field(default=5.0, gt=0)  # audio a client may send ahead
+    ws_media_max_speed: float = Field(default=2.0, ge=1.0)  # x real time, beyond the burst
+    ws_max_messages_per_s: float = Field(default=250.0, gt=0)
+    ws_start_timeout_s: float = Field(default=10.0, gt=0)  # connect -> call started
     # WHIP (WebRTC publish, sip_bridge.adapters.whip): bearer token (none = off), audio
     # codecs in order of preference (those the native jitter buffer cannot decode are
     # skipped), the host addresses ICE offers ("" = aioice's choice, which skips
