@@ -26,6 +26,8 @@ set -euo pipefail
 #   redis-server: the bus; tests start their own instance on 127.0.0.1
 #   sox, espeak-ng: real and synthetic speech fixtures
 #   kamailio, kubectl: deploy/ checks (`kamailio -c` and a live balancer; `kubectl kustomize`)
+#   chromium: the real-browser WHIP test (headless, fake microphone playing a WAV)
+#   libopus-dev:  Opus decoding (PLC, in-band FEC) in the native jitter buffer
 APT_PACKAGES=(
     clang
     libfuzzer-14-dev
@@ -38,6 +40,8 @@ APT_PACKAGES=(
     asterisk-core-sounds-en-wav
     kamailio
     kubectl
+    chromium
+    libopus-dev
 )
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -21,7 +21,9 @@ _CDEF_RE = re.compile(r"/\*\s*CDEF BEGIN\s*\*/(.*?)/\*\s*CDEF END\s*\*/", re.S)
 HEADERS = [
     "cs_common.h",
     "g711.h",
+    "g722.h",
     "resample.h",
+    "cs_opus.h",
     "rtp.h",
     "jb.h",
     "jb_bench.h",
@@ -59,7 +61,7 @@ ffibuilder.set_source(
         "-fno-strict-aliasing",
         *os.environ.get("CALLSHIELD_CFLAGS", "").split(),
     ],
-    libraries=["pthread", "m"],
+    libraries=["pthread", "m", "opus"],
 )
 
 if __name__ == "__main__":

@@ -17,14 +17,21 @@ import numpy.typing as npt
 
 from native import ffi, lib
 
-# Codec names as SDP's rtpmap spells them -> the C enum.
+# Codec names as SDP's rtpmap spells them -> the C enum. "L16LE" is ours: L16 in
+# little-endian order, for transports that carry PCM that way (AudioSocket, audio_fork).
 CODEC_IDS: dict[str, int] = {
     "PCMU": lib.CS_CODEC_PCMU,
     "PCMA": lib.CS_CODEC_PCMA,
     "L16": lib.CS_CODEC_L16,
+    "L16LE": lib.CS_CODEC_L16LE,
+    "G722": lib.CS_CODEC_G722,
+    "opus": lib.CS_CODEC_OPUS,
     "CN": lib.CS_CODEC_CN,
     "telephone-event": lib.CS_CODEC_TELEPHONE_EVENT,
 }
+
+# RTP clock rates fixed by the codec's RTP payload format (RFC 3551, RFC 7587).
+FIXED_CLOCK: dict[str, int] = {"PCMU": 8000, "PCMA": 8000, "G722": 8000, "opus": 48000}
 
 
 class FrameFlag(IntEnum):
@@ -69,17 +76,31 @@ ACCEPTED = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class PayloadType:
-    """One entry of a leg's payload-type table (from the SDP rtpmap)."""
+    """One entry of a leg's payload-type table (from the SDP rtpmap).
+
+    ``clock_rate`` is the RTP clock (G.722: 8000 over 16 kHz audio; Opus: 48000 whatever
+    the audio); 0 means the codec's fixed clock (8000 for L16). ``channels`` matters for
+    L16 (byte layout) and is down-mixed; ``fec`` lets Opus recover a lost packet from the
+    next one's in-band FEC (else its PLC alone conceals the loss).
+    """
 
     pt: int
-    codec: str  # an encoding name of CODEC_IDS: PCMU, PCMA, L16, CN, telephone-event
-    clock_rate: int = 8000
+    codec: str  # an encoding name of CODEC_IDS
+    clock_rate: int = 0
     channels: int = 1
+    fec: bool = True
 
     def __post_init__(self) -> None:
         if self.codec not in CODEC_IDS:
             known = ", ".join(CODEC_IDS)
             raise ValueError(f"unknown codec {self.codec!r} (known: {known})")
+        fixed = FIXED_CLOCK.get(self.codec)
+        if self.clock_rate == 0:
+            object.__setattr__(self, "clock_rate", fixed or 8000)
+        elif fixed is not None and self.clock_rate != fixed:
+            raise ValueError(f"{self.codec} runs an RTP clock of {fixed} Hz, not {self.clock_rate}")
+        if not 1 <= self.channels <= 2:
+            raise ValueError(f"{self.codec}: 1 or 2 channels, not {self.channels}")
 
 
 DEFAULT_PAYLOAD_TYPES: tuple[PayloadType, ...] = (
@@ -117,6 +138,7 @@ class JitterConfig:
             cfg.pts[i].codec = CODEC_IDS[p.codec]
             cfg.pts[i].clock_rate = p.clock_rate
             cfg.pts[i].channels = p.channels
+            cfg.pts[i].flags = 0 if p.fec else lib.CS_PT_NO_FEC
         cfg.dtmf_key = self.dtmf_key & (2**64 - 1)
         return cfg
 
@@ -164,8 +186,9 @@ class JitterBuffer:
         handle = lib.cs_jb_new(self.config.to_c())
         if handle == ffi.NULL:
             raise ValueError(
-                "jitter buffer: invalid configuration (rates must be multiples of 400 Hz, "
-                "audio payload clocks must equal out_rate, min_delay <= max_delay)"
+                "jitter buffer: invalid configuration (out_rate a multiple of 400 Hz up to "
+                "48000, and one libopus decodes to if Opus is listed; L16 clocks multiples of "
+                "400 Hz; PCMU/PCMA/G722 clock 8000, Opus 48000; min_delay <= max_delay)"
             )
         self._jb: Any = ffi.gc(handle, lib.cs_jb_free)
         self.samples_per_frame = int(lib.cs_jb_samples_per_frame(self._jb))

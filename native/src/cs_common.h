@@ -25,7 +25,15 @@ enum {
     CS_CODEC_PCMA = 2,
     CS_CODEC_L16 = 3,          /* network byte order on RTP */
     CS_CODEC_CN = 4,           /* RFC 3389 comfort noise */
-    CS_CODEC_TELEPHONE_EVENT = 5 /* RFC 4733 */
+    CS_CODEC_TELEPHONE_EVENT = 5, /* RFC 4733 */
+    CS_CODEC_L16LE = 6,        /* L16 in little-endian order (AudioSocket, audio_fork) */
+    CS_CODEC_G722 = 7,         /* 64 kbit/s; RTP clock 8000 over 16 kHz audio */
+    CS_CODEC_OPUS = 8          /* RTP clock 48000; libopus, PLC and in-band FEC */
+};
+
+/* cs_pt_entry.flags */
+enum {
+    CS_PT_NO_FEC = 1           /* Opus: conceal loss with PLC only, never in-band FEC */
 };
 /* CDEF END */
 

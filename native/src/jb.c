@@ -22,22 +22,7 @@ void cs_jb_default_config(cs_jb_config *cfg) {
     memcpy(cfg->pts, defaults, sizeof defaults);
 }
 
-uint32_t cs_jb_bytes_per_unit(const cs_pt_entry *pe) {
-    uint32_t samples = pe->clock_rate / CS_UNITS_PER_SECOND;
-    switch (pe->codec) {
-    case CS_CODEC_PCMU:
-    case CS_CODEC_PCMA:
-        return samples;
-    case CS_CODEC_L16:
-        return samples * 2u * (pe->channels ? pe->channels : 1u);
-    default:
-        return 0;
-    }
-}
-
-static int is_audio(uint8_t codec) {
-    return codec == CS_CODEC_PCMU || codec == CS_CODEC_PCMA || codec == CS_CODEC_L16;
-}
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 cs_jb *cs_jb_new(const cs_jb_config *cfg) {
     if (!cfg || cfg->out_rate == 0 || cfg->out_rate % CS_UNITS_PER_SECOND) return NULL;
@@ -45,20 +30,17 @@ cs_jb *cs_jb_new(const cs_jb_config *cfg) {
     if (cfg->n_pts == 0 || cfg->n_pts > 16) return NULL;
     if (cfg->min_delay_ms > cfg->max_delay_ms) return NULL;
     uint32_t stride = 0;
+    int need_rs = 0, need_opus = 0;
     for (uint32_t i = 0; i < cfg->n_pts; i++) {
         const cs_pt_entry *pe = &cfg->pts[i];
-        if (pe->pt > 127 || pe->clock_rate == 0) return NULL;
+        if (cs_jb_check_pt(pe, cfg->out_rate) != 0) return NULL;
         for (uint32_t j = 0; j < i; j++)
             if (cfg->pts[j].pt == pe->pt) return NULL;
-        if (is_audio(pe->codec)) {
-            /* Resampling belongs to the detector side; the ring holds one rate. */
-            if (pe->clock_rate != cfg->out_rate) return NULL;
-            if (pe->codec == CS_CODEC_L16 && pe->channels > 2) return NULL;
-            uint32_t bpu = cs_jb_bytes_per_unit(pe);
-            if (bpu > stride) stride = bpu;
-        } else if (pe->codec != CS_CODEC_CN && pe->codec != CS_CODEC_TELEPHONE_EVENT) {
-            return NULL;
-        }
+        if (!cs_jb_is_audio(pe->codec)) continue;
+        uint32_t bpu = cs_jb_bytes_per_unit(pe);
+        if (bpu > stride) stride = bpu;
+        if (cs_jb_decoded_rate(pe, cfg->out_rate) != cfg->out_rate) need_rs = 1;
+        if (pe->codec == CS_CODEC_OPUS) need_opus = 1;
     }
     if (stride == 0) return NULL;
 
@@ -67,28 +49,45 @@ cs_jb *cs_jb_new(const cs_jb_config *cfg) {
     if (want < need) want = need;
     uint32_t cap = 64;
     while (cap < want && cap < (1u << 20)) cap <<= 1;
+    uint32_t spu = cfg->out_rate / CS_UNITS_PER_SECOND;
 
-    /* The one allocation: struct and every array in a single block. */
-    size_t off_bytes = (sizeof(cs_jb) + 63) & ~(size_t)63;
+    /* The one allocation: struct, every array and the decoder states in a single block. */
+    size_t off_bytes = align64(sizeof(cs_jb));
     size_t off_arrival = off_bytes + (((size_t)cap * stride + 7) & ~(size_t)7);
     size_t off_ts = off_arrival + (size_t)cap * sizeof(int64_t);
-    size_t off_state = off_ts + (size_t)cap * sizeof(uint32_t);
-    size_t total = off_state + cap;
-    uint8_t *block = calloc(1, total);
+    size_t off_len = off_ts + (size_t)cap * sizeof(uint32_t);
+    size_t off_state = off_len + (need_opus ? (size_t)cap * sizeof(uint16_t) : 0);
+    size_t off_back = off_state + cap;
+    size_t off_rs = align64(off_back + (need_opus ? cap : 0));
+    size_t off_opus = align64(off_rs + (need_rs ? sizeof(cs_resampler) : 0));
+    size_t total = off_opus + (need_opus ? cs_jb_opus_size(spu) : 0);
+    uint8_t *block = aligned_alloc(64, align64(total));
     if (!block) return NULL;
+    memset(block, 0, align64(total));
     cs_jb *jb = (cs_jb *)block;
     jb->cfg = *cfg;
     jb->cap = cap;
     jb->mask = cap - 1;
     jb->stride = stride;
-    jb->spu = cfg->out_rate / CS_UNITS_PER_SECOND;
+    jb->spu = spu;
     jb->slot_bytes = block + off_bytes;
     jb->slot_arrival = (int64_t *)(void *)(block + off_arrival);
     jb->slot_ts = (uint32_t *)(void *)(block + off_ts);
     jb->slot_state = block + off_state;
+    if (need_opus) {
+        jb->slot_len = (uint16_t *)(void *)(block + off_len);
+        jb->slot_back = block + off_back;
+        jb->opus = cs_jb_opus_init(block + off_opus, cfg->out_rate, spu);
+        if (!jb->opus) {
+            free(block);
+            return NULL;
+        }
+    }
+    if (need_rs) jb->rs = (cs_resampler *)(void *)(block + off_rs);
     memset(jb->pt_map, -1, sizeof jb->pt_map);
     for (uint32_t i = 0; i < cfg->n_pts; i++) jb->pt_map[cfg->pts[i].pt] = (int8_t)i;
     jb->last_audio_pt = -1;
+    jb->dec_idx = -1;
     cs_delay_init(&jb->delay, cfg->start_delay_ms, cfg->min_delay_ms, cfg->max_delay_ms);
     jb->st.target_delay_ms = jb->delay.target_ms;
     cs_dtmf_init(&jb->dtmf, cfg->dtmf_key);
@@ -190,14 +189,53 @@ static void rfc3550_jitter(cs_jb *jb, int64_t now_ns, int64_t ts_ext) {
     jb->st.jitter_rtp_units = (uint64_t)(jb->jitter_q4 >> 4);
 }
 
+/* Units of the packet, or -1 if its payload is not a whole number of units. */
+static int64_t payload_units(const cs_jb *jb, const cs_pt_entry *pe, const cs_rtp_header *h) {
+    uint32_t bpu = cs_jb_bytes_per_unit(pe);
+    int64_t n;
+    if (pe->codec == CS_CODEC_OPUS) {
+        n = cs_opus_packet_units(h->payload, h->payload_len);
+        if (n > 0 && h->payload_len > (uint64_t)n * CS_OPUS_BYTES_PER_UNIT) n = -1;
+    } else {
+        n = h->payload_len && h->payload_len % bpu == 0 ? (int64_t)(h->payload_len / bpu) : -1;
+    }
+    return n > 0 && n <= (int64_t)jb->cap / 4 ? n : -1;
+}
+
+/* An Opus packet is stored whole: its bytes spread over the slots of all its units
+ * (those already played too, so a unit in the middle can still decode the packet), or
+ * not at all if any of those slots is taken. Returns the units made playable. */
+static uint64_t store_packet(cs_jb *jb, const cs_rtp_header *h, int idx, int64_t pos,
+                             int64_t first, int64_t end, int64_t now) {
+    for (int64_t u = pos; u < end; u++)
+        if (jb->slot_state[(uint64_t)u & jb->mask]) return 0;
+    for (int64_t u = pos; u < end; u++) {
+        uint64_t slot = (uint64_t)u & jb->mask;
+        uint64_t off = (uint64_t)(u - pos) * jb->stride;
+        if (off < h->payload_len) {
+            uint64_t chunk = h->payload_len - off;
+            if (chunk > jb->stride) chunk = jb->stride;
+            memcpy(jb->slot_bytes + slot * jb->stride, h->payload + off, chunk);
+        }
+        jb->slot_back[slot] = (uint8_t)(u - pos);
+        jb->slot_ts[slot] = h->ts + (uint32_t)((u - pos) * jb->tpu);
+        if (u >= first) {
+            jb->slot_state[slot] = (uint8_t)((idx + 1) | (u == first ? CS_SLOT_START : 0));
+            jb->slot_arrival[slot] = now;
+        }
+    }
+    jb->slot_len[(uint64_t)pos & jb->mask] = (uint16_t)h->payload_len;
+    return (uint64_t)(end - first);
+}
+
 static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome, int64_t now) {
     const cs_pt_entry *pe = &jb->cfg.pts[idx];
     uint32_t bpu = cs_jb_bytes_per_unit(pe);
-    if (h->payload_len == 0 || h->payload_len % bpu || h->payload_len / bpu > jb->cap / 4) {
+    int64_t n = payload_units(jb, pe, h);
+    if (n < 0) {
         jb->st.packets_bad_payload++;
         return CS_PKT_BAD_PAYLOAD;
     }
-    int64_t n = h->payload_len / bpu;
     int fresh = !jb->anchored;
     if (fresh || jb->reanchor || outcome == CS_PKT_RESTART || outcome == CS_PKT_SSRC_CHANGE ||
         pe->clock_rate != jb->clock_rate) {
@@ -259,14 +297,19 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
     uint8_t start_flag = CS_SLOT_START;
     uint64_t first_slot = (uint64_t)first & jb->mask;
     uint64_t n_new = (uint64_t)(end - first);
-    int bulk = bpu == jb->stride && first_slot + n_new <= jb->cap;
+    int packet = pe->codec == CS_CODEC_OPUS;
+    if (packet) {
+        written = store_packet(jb, h, idx, pos, first, end, now);
+        n_new = 0; /* skips the per-unit copy below */
+    }
+    int bulk = !packet && bpu == jb->stride && first_slot + n_new <= jb->cap;
     if (bulk) { /* common case: one copy when the slots are back to back and all free */
         for (uint64_t i = 0; i < n_new; i++) bulk &= !jb->slot_state[first_slot + i];
         if (bulk)
             memcpy(jb->slot_bytes + first_slot * bpu, h->payload + (first - pos) * bpu,
                    n_new * bpu);
     }
-    for (int64_t u = first; u < end; u++) {
+    for (int64_t u = first; u < first + (int64_t)n_new; u++) {
         uint64_t slot = (uint64_t)u & jb->mask;
         if (jb->slot_state[slot]) continue; /* overlap with audio we already hold */
         if (!bulk)
@@ -353,7 +396,8 @@ int cs_jb_insert(cs_jb *jb, const cs_rtp_header *h, int64_t now_ns) {
         jb->st.dtmf_events += (uint64_t)r;
         return CS_PKT_DTMF;
     }
-    if (pe->codec == CS_CODEC_CN) {
+    if (pe->codec == CS_CODEC_CN || (pe->codec == CS_CODEC_OPUS && h->payload_len <= 2)) {
+        /* RFC 3389 comfort noise, or an Opus DTX frame (TOC only): silence, not loss */
         jb->st.packets_cn++;
         jb->dtx = 1;
         return CS_PKT_CN;

@@ -9,6 +9,13 @@
  * and DTX gaps land in the right place without per-packet bookkeeping. Output is pulled
  * on the caller's clock as fixed 20 ms frames, each flagged with what it really holds.
  *
+ * The ring holds encoded bytes; decoding happens at playout, in playout order, so the
+ * stateful decoders (G.722, Opus, the resampler to out_rate) see one continuous stream
+ * and learn of loss where it is played: G.722 and the resampler restart after a gap,
+ * Opus conceals it with its PLC or recovers it from the next packet's in-band FEC.
+ * Codecs with a fixed bit rate (G.711, L16, G.722) store bytes per unit; an Opus packet
+ * spreads over its units' slots and is decoded whole when its first unit is played.
+ *
  * Not thread-safe: one writer and one reader, or a lock outside (ingest.c has one).
  */
 #ifndef CS_JB_H
@@ -23,8 +30,8 @@ typedef struct cs_jb cs_jb;
 typedef struct {
     uint8_t pt;          /* RTP payload type */
     uint8_t codec;       /* CS_CODEC_* */
-    uint8_t channels;    /* L16 only: 1 or 2 (2 is down-mixed) */
-    uint8_t reserved;
+    uint8_t channels;    /* L16 and Opus: 1 or 2 (2 is down-mixed) */
+    uint8_t flags;       /* CS_PT_* */
     uint32_t clock_rate; /* RTP clock in Hz (telephone-event: its rtpmap clock) */
 } cs_pt_entry;
 
@@ -109,6 +116,8 @@ typedef struct {
     uint64_t jitter_buffer_minimum_delay_ns;
     uint64_t concealed_samples;
     uint64_t concealment_events;
+    uint64_t fec_samples;                 /* lost samples recovered from Opus in-band FEC */
+    uint64_t decoder_resets;              /* stateful decoder restarted (loss, PT switch) */
     uint64_t inserted_samples_for_deceleration;
     uint64_t removed_samples_for_acceleration;
     uint64_t cng_samples;

@@ -2,13 +2,20 @@
 #ifndef CS_JB_INTERNAL_H
 #define CS_JB_INTERNAL_H
 
+#include "g722.h"
+#include "cs_opus.h"
 #include "jb_parts.h"
+#include "resample.h"
 
 enum {
     CS_SLOT_START = 0x40,       /* slot_state bit: first unit of a packet */
     CS_SLOT_PT_MASK = 0x1F,     /* slot_state low bits: payload-table index + 1 */
-    CS_MAX_SAMPLES_PER_UNIT = 120 /* 48 kHz */
+    CS_MAX_SAMPLES_PER_UNIT = 120, /* 48 kHz */
+    CS_OPUS_MAX_UNITS = 48,        /* 120 ms, the longest Opus packet */
+    CS_OPUS_BYTES_PER_UNIT = 160   /* 512 kbit/s: above Opus's 510 kbit/s ceiling */
 };
+
+typedef struct cs_jb_opus cs_jb_opus; /* jb_opus.c */
 
 struct cs_jb {
     cs_jb_config cfg;
@@ -22,6 +29,8 @@ struct cs_jb {
     int64_t *slot_arrival;
     uint32_t *slot_ts;
     uint8_t *slot_state;       /* 0 empty, else pt index + 1 | CS_SLOT_START */
+    uint16_t *slot_len;        /* Opus: payload bytes, in the packet's first unit */
+    uint8_t *slot_back;        /* Opus: units since the packet's first unit */
 
     cs_seq_state seq;
     cs_delay_est delay;
@@ -57,6 +66,14 @@ struct cs_jb {
     uint32_t last_units;
     int16_t last_unit_pcm[CS_MAX_SAMPLES_PER_UNIT];
 
+    /* decoding at playout (jb_decode.c) */
+    int64_t dec_pos;           /* position right after the last decoded unit */
+    int dec_idx;               /* payload-table index decoded last, -1 none */
+    uint32_t rs_in_rate;       /* rate the resampler is set up from (0: not yet) */
+    cs_resampler *rs;          /* NULL unless some payload type needs resampling */
+    cs_jb_opus *opus;          /* NULL unless the table has Opus */
+    cs_g722_decoder g722;
+
     /* RFC 3550 interarrival jitter */
     int64_t jitter_origin_ns;
     int64_t jitter_last_transit;
@@ -64,8 +81,34 @@ struct cs_jb {
     int jitter_have_transit;
 };
 
-uint32_t cs_jb_bytes_per_unit(const cs_pt_entry *pe);
 void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *units, uint64_t *pkts);
+
+/* ---- codecs (jb_codec.c) ---------------------------------------------------------- */
+int cs_jb_is_audio(uint8_t codec);
+/* Bytes one 2.5 ms unit occupies in the ring (Opus: the most it may take). */
+uint32_t cs_jb_bytes_per_unit(const cs_pt_entry *pe);
+/* Sample rate the codec decodes to before resampling to out_rate. */
+uint32_t cs_jb_decoded_rate(const cs_pt_entry *pe, uint32_t out_rate);
+/* 0 if the entry is usable on a ring at out_rate, else -1. */
+int cs_jb_check_pt(const cs_pt_entry *pe, uint32_t out_rate);
+
+/* ---- decoding at playout (jb_decode.c) -------------------------------------------- */
+/* Decode the received unit at position u and those after it that continue it (same
+ * payload type, at most max units) into out at out_rate; returns how many units.
+ * *ok is 0 if they could not be decoded (out then holds concealment). */
+uint32_t cs_jb_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok);
+/* Fill the lost unit at u with concealment (max: units left in the frame, which a
+ * concealment run may cover); returns 1 if it was recovered as real audio (Opus
+ * in-band FEC from the packet after the gap), else 0. */
+int cs_jb_conceal(cs_jb *jb, int64_t u, uint32_t max, int16_t *out);
+
+/* ---- Opus at playout (jb_opus.c) ------------------------------------------------- */
+/* Bytes of the block cs_jb_opus_init needs for a ring of spu samples per unit. */
+size_t cs_jb_opus_size(uint32_t spu);
+cs_jb_opus *cs_jb_opus_init(void *mem, uint32_t out_rate, uint32_t spu);
+/* cs_jb_decode and cs_jb_conceal for Opus units. */
+uint32_t cs_jb_opus_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok);
+int cs_jb_opus_conceal(cs_jb *jb, int64_t u, uint32_t max, int16_t *out);
 
 static inline uint32_t cs_jb_target_units(const cs_jb *jb) {
     return jb->delay.target_ms * CS_UNITS_PER_SECOND / 1000u;

@@ -17,7 +17,6 @@
  * and passed (the aiortc#543 failure mode). */
 #include <string.h>
 
-#include "g711.h"
 #include "jb_internal.h"
 
 #define ADJUST_INTERVAL_NS 200000000LL
@@ -26,36 +25,6 @@
 #define HIGH_MARGIN_MS 60.0 /* or the target itself, whichever is larger */
 #define TROUGH_WINDOW_PULLS 50u
 #define UNIT_MS 2.5
-
-/* Decode `units` consecutive units of one payload type whose bytes are contiguous in
- * the ring (slot .. slot + units - 1, no wrap) with one call per run. */
-static void decode_run(const cs_jb *jb, uint64_t slot, uint32_t units, int16_t *out) {
-    const cs_pt_entry *pe = &jb->cfg.pts[(jb->slot_state[slot] & CS_SLOT_PT_MASK) - 1];
-    const uint8_t *src = jb->slot_bytes + slot * jb->stride;
-    uint32_t n = jb->spu * units;
-    switch (pe->codec) {
-    case CS_CODEC_PCMU:
-        cs_ulaw_decode(src, out, n);
-        break;
-    case CS_CODEC_PCMA:
-        cs_alaw_decode(src, out, n);
-        break;
-    case CS_CODEC_L16:
-        if (pe->channels == 2) {
-            for (uint32_t i = 0; i < n; i++) {
-                int32_t l = (int16_t)(((uint16_t)src[4 * i] << 8) | src[4 * i + 1]);
-                int32_t r = (int16_t)(((uint16_t)src[4 * i + 2] << 8) | src[4 * i + 3]);
-                out[i] = (int16_t)((l + r) / 2);
-            }
-        } else {
-            for (uint32_t i = 0; i < n; i++)
-                out[i] = (int16_t)(((uint16_t)src[2 * i] << 8) | src[2 * i + 1]);
-        }
-        break;
-    default:
-        memset(out, 0, n * sizeof *out);
-    }
-}
 
 #define NONE INT64_MIN
 
@@ -89,23 +58,26 @@ static int finish(cs_jb *jb, cs_frame_info *info, uint8_t flag) {
     return flag;
 }
 
-/* Emit the frame at the playout point and advance past it. Units are handled in runs:
- * consecutive received units of one payload type are decoded with one call when their
- * bytes sit back to back in the ring (every slot is exactly one unit of that codec). */
+/* Emit the frame at the playout point and advance past it. Received units are decoded
+ * in runs (jb_decode.c); a lost unit is concealed, or recovered by Opus in-band FEC. */
 static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
-    uint32_t concealed = 0, cng = 0, real_units = 0;
+    uint32_t concealed = 0, cng = 0, real_units = 0, played_units = 0;
     uint64_t wait_sum = 0;
     uint8_t mask = 0;
     const uint32_t spu = jb->spu;
     info->pos = jb->play_pos;
     uint32_t k = 0;
     while (k < CS_UNITS_PER_FRAME) {
-        uint64_t slot = (uint64_t)(jb->play_pos + k) & jb->mask;
-        uint8_t state = jb->slot_state[slot];
-        if (!state) {
-            memset(pcm + k * spu, 0, spu * sizeof *pcm);
-            if (jb->dtx || jb->play_pos + k < jb->cng_until) {
+        int64_t u = jb->play_pos + k;
+        uint64_t slot = (uint64_t)u & jb->mask;
+        if (!jb->slot_state[slot]) {
+            if (jb->dtx || u < jb->cng_until) {
+                memset(pcm + k * spu, 0, spu * sizeof *pcm);
                 cng += spu;
+                end_concealment(jb);
+            } else if (cs_jb_conceal(jb, u, CS_UNITS_PER_FRAME - k, pcm + k * spu)) {
+                mask |= (uint8_t)(1u << k);
+                jb->st.fec_samples += spu;
                 end_concealment(jb);
             } else {
                 concealed += spu;
@@ -114,34 +86,35 @@ static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
             k++;
             continue;
         }
-        /* extend the run while the next unit holds the same payload type, without wrap */
-        const cs_pt_entry *pe = &jb->cfg.pts[(state & CS_SLOT_PT_MASK) - 1];
-        uint32_t contiguous = cs_jb_bytes_per_unit(pe) == jb->stride;
-        uint32_t run = 1;
-        while (k + run < CS_UNITS_PER_FRAME && slot + run <= jb->mask && contiguous &&
-               (jb->slot_state[slot + run] & CS_SLOT_PT_MASK) == (state & CS_SLOT_PT_MASK))
-            run++;
-        decode_run(jb, slot, run, pcm + k * spu);
+        int ok = 1;
+        uint32_t run = cs_jb_decode(jb, u, CS_UNITS_PER_FRAME - k, pcm + k * spu, &ok);
         if (!info->has_rtp_ts) {
             info->rtp_ts = jb->slot_ts[slot] - k * jb->tpu;
             info->has_rtp_ts = 1;
         }
         for (uint32_t r = 0; r < run; r++) {
-            uint8_t st = jb->slot_state[slot + r];
-            int64_t wait = now - jb->slot_arrival[slot + r];
+            uint64_t sr = (uint64_t)(u + r) & jb->mask;
+            uint8_t st = jb->slot_state[sr];
+            int64_t wait = now - jb->slot_arrival[sr];
             if (wait < 0) wait = 0;
-            wait_sum += (uint64_t)wait;
             if (st & CS_SLOT_START) {
                 uint64_t b = (uint64_t)(wait / 1000000);
                 if (b >= CS_WAIT_HIST_BUCKETS) b = CS_WAIT_HIST_BUCKETS - 1;
                 jb->st.wait_hist[b]++;
                 jb->st.packets_played++;
             }
-            jb->slot_state[slot + r] = 0;
+            jb->slot_state[sr] = 0;
+            if (ok) wait_sum += (uint64_t)wait;
         }
-        mask |= (uint8_t)(((1u << run) - 1u) << k);
-        real_units += run;
-        end_concealment(jb);
+        if (ok) {
+            mask |= (uint8_t)(((1u << run) - 1u) << k);
+            real_units += run;
+            end_concealment(jb);
+        } else { /* received but undecodable: concealment, and counted as such */
+            concealed += run * spu;
+            conceal_units(jb, run);
+        }
+        played_units += run;
         k += run;
     }
     if (real_units) {
@@ -150,8 +123,8 @@ static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
         jb->st.jitter_buffer_target_delay_ns += samples * jb->delay.target_ms * 1000000u;
         jb->st.jitter_buffer_minimum_delay_ns += samples * jb->delay.min_ms * 1000000u;
         jb->st.jitter_buffer_emitted_count += samples;
-        jb->st.units_played += real_units;
     }
+    jb->st.units_played += played_units;
     jb->st.concealed_samples += concealed;
     jb->st.cng_samples += cng;
     jb->play_pos += CS_UNITS_PER_FRAME;

@@ -36,7 +36,10 @@ static cs_jb *new_default(void) {
 static void test_jb_rejects_bad_config(void) {
     cs_jb_config cfg;
     cs_jb_default_config(&cfg);
-    cfg.out_rate = 16000; /* PCMU's 8 kHz clock no longer matches the ring's rate */
+    cfg.out_rate = 44100; /* not a whole number of samples per 2.5 ms unit */
+    CHECK(cs_jb_new(&cfg) == NULL);
+    cs_jb_default_config(&cfg);
+    cfg.pts[0].clock_rate = 16000; /* PCMU runs an 8 kHz clock */
     CHECK(cs_jb_new(&cfg) == NULL);
     cs_jb_default_config(&cfg);
     cfg.min_delay_ms = 500;

@@ -22,6 +22,7 @@ extern const cs_test_suite cs_suite_srclock __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest_shared __attribute__((weak));
 extern const cs_test_suite cs_suite_resample __attribute__((weak));
+extern const cs_test_suite cs_suite_jb_codecs __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -35,6 +36,7 @@ static const struct {
     {"ingest", &cs_suite_ingest},
     {"ingest_shared", &cs_suite_ingest_shared},
     {"resample", &cs_suite_resample},
+    {"jb_codecs", &cs_suite_jb_codecs},
 };
 
 /* ---- runner ------------------------------------------------------------------------ */
