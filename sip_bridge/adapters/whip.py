@@ -46,7 +46,7 @@ PREFIX = "/v1/whip"
 MAX_SDP_BYTES = 64 * 1024
 MAX_EXTERNAL_IDS = 16
 _KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_ALLOW_HEADERS = "Authorization, Content-Type, If-Match, X-CallShield-*"
+_ALLOW_HEADERS = ("authorization", "content-type", "if-match")  # and any x-callshield-*
 _EXPOSE_HEADERS = "Location, ETag, Link, Accept-Post, Retry-After"
 
 
@@ -126,7 +126,7 @@ class WhipApi:
         if headers and request.headers.get("access-control-request-method"):
             headers |= {
                 "Access-Control-Allow-Methods": allow,
-                "Access-Control-Allow-Headers": _ALLOW_HEADERS,
+                "Access-Control-Allow-Headers": _allowed_headers(request),
                 "Access-Control-Max-Age": "600",
             }
         headers["Allow"] = allow
@@ -134,6 +134,15 @@ class WhipApi:
             headers["Accept-Post"] = "application/sdp"
         self.requests["options"] += 1
         return Response(status_code=204, headers=headers)
+
+
+def _allowed_headers(request: Request) -> str:
+    """The preflight's requested headers that WHIP reads (CORS has no ``X-Foo-*``
+    pattern, so each X-CallShield-* header the page wants is listed back)."""
+    asked = request.headers.get("access-control-request-headers", "")
+    names = [h.strip().lower() for h in asked.split(",") if h.strip()]
+    ok = [h for h in names if h in _ALLOW_HEADERS or h.startswith("x-callshield-")]
+    return ", ".join(ok or _ALLOW_HEADERS)
 
 
 def publish_request(request: Request) -> PublishRequest:

@@ -192,12 +192,12 @@ def test_bad_requests_are_refused_and_counted_without_touching_a_live_call(
             r = await client.options(url)
             assert r.status_code == 204 and r.headers["accept-post"] == "application/sdp"
             pre = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
-            r = await client.options(
-                url, headers={**pre, "Access-Control-Request-Headers": "authorization"}
-            )
+            asked = "authorization, content-type, x-callshield-role, x-evil"
+            r = await client.options(url, headers={**pre, "Access-Control-Request-Headers": asked})
             assert r.status_code == 204 and r.headers["access-control-allow-origin"] == ORIGIN
             assert "POST" in r.headers["access-control-allow-methods"]
-            assert "authorization" in r.headers["access-control-allow-headers"].lower()
+            allowed = r.headers["access-control-allow-headers"]
+            assert allowed == "authorization, content-type, x-callshield-role"
             r = await client.options(url, headers={**pre, "Origin": "http://evil.example"})
             assert "access-control-allow-origin" not in r.headers
             # the live call never noticed
