@@ -27,6 +27,7 @@ set -euo pipefail
 #   sox, espeak-ng: real and synthetic speech fixtures
 #   kamailio, kubectl: deploy/ checks (`kamailio -c` and a live balancer; `kubectl kustomize`)
 #   chromium: the real-browser WHIP test (headless, fake microphone playing a WAV)
+#   libopus-dev:  Opus decoding (PLC, in-band FEC) in the native jitter buffer
 APT_PACKAGES=(
     clang
     libfuzzer-14-dev
@@ -40,6 +41,7 @@ APT_PACKAGES=(
     kamailio
     kubectl
     chromium
+    libopus-dev
 )
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
