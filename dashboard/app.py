@@ -28,6 +28,7 @@ from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
 from detectors.bus.connect import async_client
 from detectors.bus.keys import Keys
+from detectors.bus.numbers import load_vault
 from detectors.bus.settings import BusSettings
 
 _HERE = Path(__file__).resolve().parent
@@ -50,6 +51,7 @@ def create_app(
     settings = settings or DashboardSettings()
     bus = bus or BusSettings()
     secret = settings.load_session_key(bus.state_dir)  # fail at start, not at first login
+    numbers = load_vault(bus)  # the bridge's numbers key: masked display, audited reveal
     keys = Keys(bus.key_prefix)
     dash = DashKeys(keys)
 
@@ -60,7 +62,9 @@ def create_app(
         app.state.ctx = Context(
             settings=settings,
             clock=clock,
-            store=DashboardStore(client, keys, clock, settings.alerts_scan, settings.scores_scan),
+            store=DashboardStore(
+                client, keys, clock, settings.alerts_scan, settings.scores_scan, numbers
+            ),
             users=UserStore(client, dash, clock, password_hasher),
             api_keys=ApiKeyStore(client, dash, clock),
             sessions=SessionStore(

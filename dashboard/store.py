@@ -36,6 +36,7 @@ from dashboard.schemas import (
 from detectors.alert_schema import Alert, Band, CallEvent, Dimension, ScoreUpdate, SystemEvent
 from detectors.bus.codec import decode_alert
 from detectors.bus.keys import Keys
+from detectors.bus.numbers import NumberVault
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -55,8 +56,10 @@ class DashboardStore:
         clock: Clock,
         alerts_scan: int,
         scores_scan: int,
+        numbers: NumberVault | None = None,
     ) -> None:
         self._r, self.keys, self.dash = client, keys, DashKeys(keys)
+        self._numbers = numbers  # opens the bridge-sealed ANI/DNIS (masked, or revealed)
         self._clock, self._alerts_scan, self._scores_scan = clock, alerts_scan, scores_scan
 
     # --- alerts ---------------------------------------------------------------------
@@ -167,8 +170,19 @@ class DashboardStore:
             pipe.hgetall(self.keys.call(call_id))
         return [{_s(k): _s(v) for k, v in h.items()} for h in await pipe.execute()]
 
-    @staticmethod
-    def _call(call_id: str, fields: dict[str, str], alerts: list[Alert]) -> CallPublic:
+    def _open_numbers(self, call_id: str, fields: dict[str, str]) -> dict[str, str]:
+        """The call's numbers in clear (for masking or the audited reveal); empty when
+        none were sealed or they do not open with this deployment's key."""
+        sealed = fields.get("numbers", "")
+        if not sealed or self._numbers is None:
+            return {"ani": "", "dnis": ""}
+        try:
+            return self._numbers.open(call_id, sealed)
+        except ValueError:
+            log.warning("call %s: its sealed numbers do not open with this key", call_id)
+            return {"ani": "", "dnis": ""}
+
+    def _call(self, call_id: str, fields: dict[str, str], alerts: list[Alert]) -> CallPublic:
         event = None
         if fields.get("json"):
             try:
@@ -176,14 +190,15 @@ class DashboardStore:
             except ValueError:
                 event = None
         top = max(alerts, key=lambda a: (BAND_RANK[a.band], a.score), default=None)
+        numbers = self._open_numbers(call_id, fields)
         return CallPublic(
             call_id=call_id,
             state=fields.get("state", "unknown"),
             at=event.at if event else None,
             correlation_id=event.correlation_id if event else None,
             external_ids=mask_ids(event.external_ids) if event else {},
-            ani=mask_number(fields.get("ani", "")),
-            dnis=mask_number(fields.get("dnis", "")),
+            ani=mask_number(numbers["ani"]),
+            dnis=mask_number(numbers["dnis"]),
             band=top.band if top else Band.LOW,
             dimension=top.dimension if top else None,
             score=top.score if top else None,
@@ -212,7 +227,7 @@ class DashboardStore:
         ids: dict[str, str] = {}
         if fields.get("json"):
             ids = dict(CallEvent.model_validate_json(fields["json"]).external_ids)
-        return {"ani": fields.get("ani", ""), "dnis": fields.get("dnis", ""), "external_ids": ids}
+        return {**self._open_numbers(call_id, fields), "external_ids": ids}
 
     async def call_by_external_id(self, system: str, external_id: str) -> str | None:
         value = await self._r.get(self.keys.external_id(system, external_id))

@@ -173,6 +173,15 @@ class CallCoverage(_Wire):
     dimensions: dict[Dimension, DimensionCoverage] = Field(default_factory=dict)
 
 
+class CallNumbers(_Wire):
+    """A call's phone numbers, never in clear (``detectors.bus.numbers``): ``sealed`` is
+    AES-GCM of its ANI and DNIS under the deployment's numbers key, bound to the call id;
+    ``ani_hash`` a keyed hash of the ANI for velocity counting ("" when there is none)."""
+
+    sealed: str
+    ani_hash: str = ""
+
+
 class CallEvent(_Wire):
     schema_version: Literal["1.0"] = SCHEMA_VERSION
     kind: Literal["call_event"] = "call_event"
@@ -184,6 +193,7 @@ class CallEvent(_Wire):
     external_ids: dict[str, str] = Field(default_factory=dict)
     legs: dict[str, LegRole] = Field(default_factory=dict)
     coverage: CallCoverage | None = None  # on ``ended`` only
+    numbers: CallNumbers | None = None  # on ``started`` and ``updated`` (bridge-sealed)
 
 
 SystemEventType = Literal["system.coverage.degraded", "system.coverage.recovered"]

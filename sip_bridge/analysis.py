@@ -42,6 +42,7 @@ from detectors.alert_schema import (
     SystemEvent,
 )
 from detectors.bus.coverage_objective import CoverageTracker
+from detectors.bus.numbers import NumberVault
 from detectors.contract import WindowResult
 from detectors.runtime import DetectorRuntime
 from native.ingest import Ingest, PulledFrames
@@ -99,9 +100,11 @@ class Analysis:
         ingest: Ingest,
         windows: WindowTally | None = None,
         coverage: CoverageTracker | None = None,
+        numbers: NumberVault | None = None,
     ) -> None:
         """``windows`` must be the tally the runtime's ``on_result`` feeds."""
         self.coverage = coverage
+        self.numbers = numbers  # seals ANI/DNIS into call events (issue 11)
         self.runtime = runtime
         self.bus = bus
         self.ingest = ingest
@@ -148,6 +151,9 @@ class Analysis:
             event = event.model_copy(update={"coverage": self._end(call)})
         else:
             self._update(call)
+            if self.numbers is not None and (call.ani or call.dnis):
+                sealed = self.numbers.seal(call.call_id, call.ani, call.dnis)
+                event = event.model_copy(update={"numbers": sealed})
         self.bus.publish_event(event)
         if self.coverage is not None:
             for system_event in self.coverage.observe(event):

@@ -27,6 +27,7 @@ from detectors.admission import AdmissionConfig, OverloadPolicy
 from detectors.bus.connect import resolve_url, sync_client
 from detectors.bus.coverage_objective import CoverageRule, CoverageTracker, Objective
 from detectors.bus.embedded import EmbeddedRedis, Supervisor
+from detectors.bus.numbers import load_vault
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.settings import BusSettings
 from detectors.contract import Detector
@@ -165,7 +166,14 @@ class Wiring:
     # ---- lifecycle --------------------------------------------------------------------
 
     def attach(self, ingest: Ingest) -> Analysis:
-        self.analysis = Analysis(self.runtime, self.bus, ingest, self.windows, self.coverage)
+        self.analysis = Analysis(
+            self.runtime,
+            self.bus,
+            ingest,
+            self.windows,
+            self.coverage,
+            load_vault(self.bus_settings),
+        )
         self.enricher.analysis = self.analysis
         self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)
         self.detector_metrics.registry.register(_BridgeCollector(self))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import cast
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from detectors.alert_schema import Alert, CallEvent, ScoreUpdate, SystemEvent
 from detectors.bus.coverage_objective import state_field
@@ -313,7 +314,13 @@ class AlertPublisher:
             approximate=True,
         )
         key = keys.call(event.call_id)
-        pipe.hset(key, mapping={"state": event.event, "at": event.at.isoformat(), "json": payload})
+        sealed: dict[FieldT, EncodableT] = {}
+        if event.numbers is not None:  # ANI/DNIS only sealed, with a keyed ANI hash
+            sealed = {"numbers": event.numbers.sealed, "ani_hash": event.numbers.ani_hash}
+        pipe.hset(
+            key,
+            mapping={"state": event.event, "at": event.at.isoformat(), "json": payload, **sealed},
+        )
         ended = event.event == "ended"
         if ended:
             pipe.zrem(keys.live_calls, event.call_id)

@@ -78,6 +78,11 @@ class BusSettings(BaseSettings):
     # everysec: 1 s fsync + up to 2 s postponed write) and is resent if Redis goes away
     confirm_window_s: float = Field(default=3.0, ge=0)
 
+    # --- phone numbers at rest (detectors.bus.numbers) ---------------------------------
+    # 32-byte key as a secret spec (file:/path, env:NAME) holding 64 hex chars or base64;
+    # unset: <state_dir>/numbers.key, created 0600 (one box: bridge and dashboard share it)
+    numbers_key: SecretStr | None = None
+
     # --- webhooks -------------------------------------------------------------------
     # Fernet key (urlsafe base64, 32 bytes) that encrypts endpoint secrets at rest; from
     # a file (preferred) or a secret spec (file:/path, env:VAR; a literal only for

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 from argon2 import PasswordHasher
+from dash_factory import NUMBERS_KEY
 from fastapi.testclient import TestClient
 
 from dashboard.app import create_app
@@ -144,7 +145,10 @@ def make_settings(**overrides: Any) -> DashboardSettings:
 def dash(r: redis.Redis, redis_server: RedisServer, tmp_path: Path) -> Iterator[Dash]:
     clock = FakeClock()
     bus = BusSettings(
-        redis_url=redis_server.url, state_dir=tmp_path / "state", key_prefix="cs-test:"
+        redis_url=redis_server.url,
+        state_dir=tmp_path / "state",
+        key_prefix="cs-test:",
+        numbers_key=f"literal:{NUMBERS_KEY}",
     )
     app = create_app(make_settings(), bus, clock=clock, password_hasher=CHEAP_HASHER)
     with TestClient(app, base_url="https://testserver") as client:

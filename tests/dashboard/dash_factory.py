@@ -18,9 +18,12 @@ from detectors.alert_schema import (
 )
 from detectors.bus.codec import encode
 from detectors.bus.keys import Keys
+from detectors.bus.numbers import NumberVault
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 KEYS = Keys("cs-test:")
+NUMBERS_KEY = "5a" * 32  # the tests' deployment numbers key (BusSettings.numbers_key)
+VAULT = NumberVault(bytes.fromhex(NUMBERS_KEY))
 ANI, DNIS = "+442071234567", "+14155550123"
 
 
@@ -59,16 +62,19 @@ def add_alert(r: redis.Redis, alert: Alert) -> str:
 
 
 def start_call(r: redis.Redis, call_id: str = "call-1") -> None:
+    numbers = VAULT.seal(call_id, ANI, DNIS)  # as the bridge seals them
     event = CallEvent(
         call_id=call_id,
         event="started",
         at=T0,
         external_ids={"twilio_from": ANI, "asterisk_linkedid": "1764504000.42"},
+        numbers=numbers,
     )
     payload = event.model_dump_json()
     r.xadd(KEYS.events, {"kind": "call_event", "json": payload})
-    r.hset(KEYS.call(call_id), mapping={"state": "started", "at": T0.isoformat(), "json": payload})
-    r.hset(KEYS.call(call_id), mapping={"ani": ANI, "dnis": DNIS})
+    fields = {"state": "started", "at": T0.isoformat(), "json": payload}
+    fields |= {"numbers": numbers.sealed, "ani_hash": numbers.ani_hash}
+    r.hset(KEYS.call(call_id), mapping=fields)  # type: ignore[arg-type]
     r.zadd(KEYS.live_calls, {call_id: T0.timestamp()})
 
 

@@ -34,6 +34,7 @@ from wired_bridge import InProcessBridge
 from detectors.alert_schema import CallEvent
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
+from detectors.bus.numbers import load_vault
 from detectors.bus.redis_server import RedisServer
 from detectors.bus.settings import BusSettings
 from detectors.bus.webhooks.dispatcher import Dispatcher
@@ -260,6 +261,10 @@ def test_dtmf_digits_reach_no_store_log_webhook_or_metric(
     assert receiver.bodies and receiver.bad_signatures == 0  # the marked call alerted
 
     stored = dump_keys(client)
+    sealed = [
+        (k.decode().rpartition(":")[2], client.hget(k, "numbers"))
+        for k in client.scan_iter(match=keys.call("*"))
+    ]
     redis_server.stop()  # a clean shutdown: the AOF is complete on disk
     files = dump_files(redis_server.data_dir)
     assert b"appendonly.aof" in b"\n".join(
@@ -280,3 +285,12 @@ def test_dtmf_digits_reach_no_store_log_webhook_or_metric(
     assert b"synthetic_voice" in stored and b"synthetic_voice" in places["webhook bodies"]
     found = {where: leaks(blob, CARD) for where, blob in places.items()}
     assert not any(found.values()), found
+
+    # issue 11: the caller's number (SIPREC metadata) is stored only sealed; the
+    # deployment's numbers key opens it again (the dashboard's audited reveal)
+    ani = b"15550142"
+    for where in ("redis keys and values", "redis data files (AOF, RDB, log)", "the outbox"):
+        assert ani not in places[where], where
+    vault = load_vault(bus)
+    opened = [vault.open(call_id, blob.decode()) for call_id, blob in sealed if blob]
+    assert [n["ani"] for n in opened] == ["+15550142"], opened
