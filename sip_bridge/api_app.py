@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from sip_bridge.adapters.audiosocket import AudioSocketServer
+from sip_bridge.adapters.audiosocket_api import audiosocket_router
 from sip_bridge.adapters.twilio_media import twilio_router
 from sip_bridge.adapters.whip import include_whip
 from sip_bridge.adapters.ws_common import AdapterStats
@@ -17,7 +19,12 @@ from sip_bridge.control_api import control_router
 from sip_bridge.settings import Settings
 
 
-def build_api(controller: CallController, settings: Settings) -> FastAPI:
+def build_api(
+    controller: CallController,
+    settings: Settings,
+    *,
+    audiosocket: AudioSocketServer | None = None,
+) -> FastAPI:
     app = FastAPI(
         title="CallShield bridge",
         summary="Attach calls to the media process: RTP, WebRTC (WHIP), media WebSockets",
@@ -25,6 +32,8 @@ def build_api(controller: CallController, settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.include_router(control_router(controller, settings))
+    if audiosocket is not None:  # its calls are registered here, its media come over TCP
+        app.include_router(audiosocket_router(audiosocket.calls, audiosocket.target, settings))
     adapter_stats: dict[str, AdapterStats] = {}  # media-WebSocket counters, for /metrics
     app.state.adapter_stats = adapter_stats
     app.include_router(twilio_router(controller, settings, adapter_stats))

@@ -24,6 +24,8 @@ from typing import Any
 
 from detectors.model_store import ModelSettings
 from native.ingest import Ingest
+from sip_bridge.adapters.audiosocket import AudioSocketServer
+from sip_bridge.adapters.audiosocket_calls import AudioSocketCalls
 from sip_bridge.api_app import build_api
 from sip_bridge.api_server import ApiServer
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
@@ -51,6 +53,7 @@ class Bridge:
     uas: SipUas = field(init=False)
     server: SipServer = field(init=False)
     api: ApiServer | None = field(init=False, default=None)
+    audiosocket: AudioSocketServer | None = field(init=False, default=None)
     ready: asyncio.Event = field(init=False)
     stop_requested: asyncio.Event = field(init=False)
 
@@ -82,8 +85,12 @@ class Bridge:
         )
         self.uas = SipUas(self.controller, config)
         self.server = SipServer(self.uas, host, port)
+        if s.audiosocket_address is not None:
+            calls = AudioSocketCalls(self.controller, s.rtp_timeout_s)
+            self.audiosocket = AudioSocketServer(calls, s)
         if s.api_address is not None:
-            self.api = ApiServer(build_api(self.controller, s), *s.api_address)
+            app = build_api(self.controller, s, audiosocket=self.audiosocket)
+            self.api = ApiServer(app, *s.api_address)
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
 
@@ -94,6 +101,8 @@ class Bridge:
             if self.wiring is not None:  # pre-warm before the first call is answered
                 await asyncio.to_thread(self.wiring.start, self.media.playout_alive)
             await self.server.start()
+            if self.audiosocket is not None:
+                await self.audiosocket.start()
             if self.api is not None:
                 await self.api.start()
         except BaseException:
@@ -112,6 +121,8 @@ class Bridge:
     async def _close(self) -> None:
         if self.api is not None:
             await self.api.close()
+        if self.audiosocket is not None:
+            await self.audiosocket.close()
         await self.server.close()
         self.media.stop()
         self.ingest.close()

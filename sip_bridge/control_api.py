@@ -44,7 +44,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _token_check(token: bytes | None) -> Callable[[Request], None]:
+def token_check(token: bytes | None) -> Callable[[Request], None]:
     def check(request: Request) -> None:
         if token is None:
             raise HTTPException(status.HTTP_403_FORBIDDEN, "control API disabled: no token")
@@ -65,7 +65,13 @@ def _token_check(token: bytes | None) -> Callable[[Request], None]:
     return check
 
 
-def _guarded_route(check: Callable[[Request], None]) -> type[APIRoute]:
+def control_token(settings: Settings) -> bytes | None:
+    """The control API's bearer token (None: not configured, the API is off)."""
+    secret = settings.control_api_token
+    return secret.get_secret_value().encode() if secret and secret.get_secret_value() else None
+
+
+def guarded_route(check: Callable[[Request], None]) -> type[APIRoute]:
     """Routes that authenticate before FastAPI reads and validates the body (so an
     unauthenticated caller learns nothing from validation errors)."""
 
@@ -84,8 +90,6 @@ def _guarded_route(check: Callable[[Request], None]) -> type[APIRoute]:
 
 def control_router(controller: CallController, settings: Settings) -> APIRouter:
     """The control API on ``controller``; tokens, addresses and timers from settings."""
-    secret = settings.control_api_token
-    token = secret.get_secret_value().encode() if secret and secret.get_secret_value() else None
     sip_host, _ = settings.sip_address
     advertised = settings.advertised_address or settings.rtp_host or sip_host
     calls = AttachedCalls(controller, advertised, settings.rtp_timeout_s)
@@ -95,7 +99,7 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
         tags=["control"],
         dependencies=[Depends(_bearer)],  # documents the scheme; the route class checks it
         responses=_ERRORS,
-        route_class=_guarded_route(_token_check(token)),
+        route_class=guarded_route(token_check(control_token(settings))),
     )
 
     def found(call_id: str) -> Any:

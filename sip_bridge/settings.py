@@ -7,6 +7,7 @@ its ``[bridge]`` table), then the defaults. Nothing is read at import time.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -73,6 +74,11 @@ class Settings(BaseSettings):
     whip_codecs: str = "opus,PCMU,PCMA"
     whip_ice_addresses: str = ""
     whip_cors_origins: str = ""
+    # Asterisk AudioSocket over TCP: host:port ("" = off), and the source addresses that
+    # may connect (comma-separated CIDRs; empty = nobody). A connection's UUID must have
+    # been registered first through POST /v1/audiosocket/calls (control_api_token).
+    audiosocket_listen: str = ""
+    audiosocket_allow: str = ""
 
     @field_validator("sip_listen")
     @classmethod
@@ -86,6 +92,25 @@ class Settings(BaseSettings):
         if value:
             split_host_port(value, 8180)
         return value
+
+    @field_validator("audiosocket_listen")
+    @classmethod
+    def _audiosocket_listen(cls, value: str) -> str:
+        if value:
+            split_host_port(value, 8090)
+        return value
+
+    @field_validator("audiosocket_allow")
+    @classmethod
+    def _audiosocket_allow(cls, value: str) -> str:
+        cls.networks(value)
+        return value
+
+    @staticmethod
+    def networks(value: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """``"10.0.0.0/8, 192.0.2.7"`` -> networks (a bare address is a /32 or /128)."""
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        return tuple(ipaddress.ip_network(v, strict=False) for v in items)
 
     @field_validator("rtp_ports")
     @classmethod
@@ -110,6 +135,14 @@ class Settings(BaseSettings):
     @property
     def api_address(self) -> tuple[str, int] | None:
         return split_host_port(self.api_listen, 8180) if self.api_listen else None
+
+    @property
+    def audiosocket_address(self) -> tuple[str, int] | None:
+        return split_host_port(self.audiosocket_listen, 8090) if self.audiosocket_listen else None
+
+    @property
+    def audiosocket_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return self.networks(self.audiosocket_allow)
 
     @property
     def rtp_range(self) -> tuple[int, int]:
