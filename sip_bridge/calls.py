@@ -142,13 +142,25 @@ class PushedLegSpec:
     remote: tuple[str, int] | None = None  # the peer's address, for the record
 
 
+_NATIVE_NAMES = {
+    "PCMU": "PCMU",
+    "PCMA": "PCMA",
+    "G722": "G722",
+    "OPUS": "opus",
+    "CN": "CN",
+    "TELEPHONE-EVENT": "telephone-event",
+}
+
+
 def _payload_types(stream: NegotiatedStream) -> list[PayloadType]:
-    names = {"PCMU": "PCMU", "PCMA": "PCMA", "CN": "CN", "TELEPHONE-EVENT": "telephone-event"}
-    return [
-        PayloadType(p.pt, names[p.encoding.upper()], p.clock_rate)
-        for p in stream.payload_types
-        if p.encoding.upper() in names
-    ]
+    out = []
+    for p in stream.payload_types:
+        name = _NATIVE_NAMES.get(p.encoding.upper())
+        if name is None:
+            continue
+        channels = min(max(p.channels, 1), 2)
+        out.append(PayloadType(p.pt, name, p.clock_rate, channels))
+    return out
 
 
 class CallController:

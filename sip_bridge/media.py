@@ -27,7 +27,7 @@ from native.ingest import Ingest, IngestError, PayloadType, PulledFrames
 
 log = logging.getLogger(__name__)
 FRAME_NS = 20_000_000
-NATIVE_CODECS = frozenset({"PCMU", "PCMA", "L16", "CN", "telephone-event"})
+NATIVE_CODECS = frozenset({"PCMU", "PCMA", "L16", "L16LE", "G722", "opus", "CN", "telephone-event"})
 
 
 class CapacityError(RuntimeError):

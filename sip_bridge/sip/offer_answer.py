@@ -4,8 +4,8 @@ Each audio m= line of the offer becomes a stream we accept (one leg) when it off
 least one audio codec the native core decodes; anything else is rejected with port 0.
 We only ever receive: the answer's direction is ``recvonly`` when the peer sends,
 ``inactive`` when it does not (its own ``recvonly``/``inactive``, i.e. hold/pause).
-Codecs are answered in the offer's order, limited to what we decode, plus
-telephone-event and CN when offered.
+Codecs are answered in the offer's order (the sender's preference: a monitor has no
+reason to steer it), limited to what we decode, plus telephone-event and CN when offered.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Final
 
 from sip_bridge.sip.sdp import MediaDescription, RtpMap, SessionDescription
 
-# What the native core decodes today (native/ingest.py's codec table). G.722 and Opus
-# are answered once the core can decode them.
-AUDIO_CODECS: Final = frozenset({("PCMU", 8000), ("PCMA", 8000)})
+# What the native core decodes (native/jitter.py's codec table), as (encoding, RTP clock):
+# G.722 runs an 8 kHz clock over 16 kHz audio (RFC 3551), Opus always 48 kHz (RFC 7587).
+AUDIO_CODECS: Final = frozenset({("PCMU", 8000), ("PCMA", 8000), ("G722", 8000), ("OPUS", 48000)})
 EVENT_CODECS: Final = frozenset({("TELEPHONE-EVENT", 8000), ("CN", 8000)})
 
 
@@ -124,7 +124,8 @@ def build_answer(
             "audio", ports[stream.index], m.proto, [str(p.pt) for p in stream.payload_types]
         )
         for p in stream.payload_types:
-            media.lines.append(("a", f"rtpmap:{p.pt} {p.encoding}/{p.clock_rate}"))
+            channels = f"/{p.channels}" if p.channels > 1 else ""  # opus/48000/2
+            media.lines.append(("a", f"rtpmap:{p.pt} {p.encoding}/{p.clock_rate}{channels}"))
             fmtp = m.fmtp(p.pt)
             if fmtp is not None:
                 media.lines.append(("a", f"fmtp:{p.pt} {fmtp}"))

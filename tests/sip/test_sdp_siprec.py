@@ -153,9 +153,29 @@ def test_offer_answer_answers_only_what_we_decode() -> None:
     assert "c=IN IP4 198.51.100.1" in text
 
 
-def test_g722_and_opus_only_are_not_acceptable_yet() -> None:
-    sdp = SDP_OFFER.replace("m=audio 49170 RTP/AVP 0 8 9 101", "m=audio 49170 RTP/AVP 9 111")
-    sdp += "a=rtpmap:111 opus/48000/2\n"
+def test_g722_and_opus_are_answered_in_the_offer_order() -> None:
+    sdp = SDP_OFFER.replace("m=audio 49170 RTP/AVP 0 8 9 101", "m=audio 49170 RTP/AVP 111 9 0 101")
+    sdp += "a=rtpmap:111 opus/48000/2\na=fmtp:111 useinbandfec=1\n"
+    offer = SessionDescription.parse(sdp.encode())
+    (stream,) = negotiate(offer)
+    assert stream.codec == "OPUS"
+    assert [(p.encoding, p.clock_rate, p.channels) for p in stream.payload_types] == [
+        ("opus", 48000, 2),
+        ("G722", 8000, 1),
+        ("PCMU", 8000, 1),
+        ("telephone-event", 8000, 1),
+    ]
+    text = bytes(
+        build_answer(offer, [stream], {0: 20000}, local_host="192.0.2.1", session_id=1, version=0)
+    ).decode()
+    assert "m=audio 20000 RTP/AVP 111 9 0 101\r\n" in text
+    assert "a=rtpmap:111 opus/48000/2\r\n" in text and "a=fmtp:111 useinbandfec=1" in text
+    assert "a=rtpmap:9 G722/8000\r\n" in text
+
+
+def test_codecs_we_do_not_decode_are_not_acceptable() -> None:
+    sdp = SDP_OFFER.replace("m=audio 49170 RTP/AVP 0 8 9 101", "m=audio 49170 RTP/AVP 18 111")
+    sdp += "a=rtpmap:111 opus/16000/2\n"  # not Opus's RTP clock
     sdp = sdp.replace("a=rtpmap:0 PCMU/8000\n", "").replace("a=rtpmap:8 PCMA/8000\n", "")
     with pytest.raises(NotAcceptableError):
         negotiate(SessionDescription.parse(sdp.encode()))

@@ -140,9 +140,9 @@ CORPUS: list[tuple[str, bytes, int | None]] = [
     ("INVITE with gzip body", invite(extra="Content-Encoding: gzip\n"), 415),
     ("INVITE with broken SDP", invite(body="v=0\nthis is not sdp\n"), 400),
     (
-        "INVITE with G.722 only",
+        "INVITE with G.729 only",
         invite(
-            body=SDP_OFFER.replace("RTP/AVP 0 8 9 101", "RTP/AVP 9")
+            body=SDP_OFFER.replace("RTP/AVP 0 8 9 101", "RTP/AVP 18")
             .replace("a=rtpmap:0 PCMU/8000\n", "")
             .replace("a=rtpmap:8 PCMA/8000\n", "")
         ),
