@@ -127,13 +127,19 @@ async def refuse(
     detail: str,
     headers: dict[str, str] | None = None,
 ) -> None:
-    """Answer the upgrade request with an HTTP error instead of accepting it."""
+    """Answer the upgrade request with an HTTP error instead of accepting it.
+
+    403 is the server's own answer to a close before accept (no body); another status
+    goes as a denial response (uvicorn's websockets-sansio then logs "returned without
+    completing handshake" although the response went out: only 503 while draining)."""
     stats.refused[stat] += 1
-    response = PlainTextResponse(detail, status_code=status, headers=headers)
-    try:
-        await websocket.send_denial_response(response)
-    except RuntimeError:  # a server without the denial extension: 403, no body
-        await websocket.close()
+    log.info("%s upgrade refused: %d %s", stats.name, status, stat)
+    if status != 403:
+        response = PlainTextResponse(detail, status_code=status, headers=headers)
+        with contextlib.suppress(RuntimeError):  # a server without the denial extension
+            await websocket.send_denial_response(response)
+            return
+    await websocket.close()
 
 
 async def close(websocket: WebSocket, stats: AdapterStats, code: int, reason: str) -> None:

@@ -30,6 +30,7 @@ from tests.adapters.ws_vendor import (
     leg_stats,
     legs_by_label,
     live_call,
+    overlapping,
     pace,
     refused_status,
 )
@@ -190,10 +191,9 @@ async def _scenario(bridge: RunningBridge, base: str, caller: bytes, agent: byte
         cap = bridge.sink.captured(legs[label])
         good, wrong, origin = bit_exact(cap, ulaw_decode(sent))
         assert wrong == 0, label
-        assert good >= FRAMES - 8, (label, good)  # all but the start and the lost chunk
-        covered = {(ts - origin) & 0xFFFFFFFF for ts in cap.by_rtp_ts}
-        lost_slot = {s for s in covered if 80 * CHUNK - CHUNK < s < 81 * CHUNK}
-        assert lost_slot == set() if label == "inbound" else len(lost_slot) == 1
+        assert good >= FRAMES - 20, (label, good)  # the start adapts; one chunk is lost
+        if label == "inbound":  # no audio where the missing chunk belongs: not shifted
+            assert overlapping(cap, origin, 80 * CHUNK, 81 * CHUNK) == []
     assert "concealed" in bridge.sink.captured(legs["inbound"]).flags  # not shifted audio
 
     for name, (code, reason) in zip(_MISBEHAVING_NAMES, results, strict=True):

@@ -71,6 +71,16 @@ def bit_exact(cap: CapturedLeg, decoded: npt.NDArray[np.int16]) -> tuple[int, in
     return good, bad, origin
 
 
+def overlapping(cap: CapturedLeg, origin: int, start: int, end: int) -> list[int]:
+    """Source offsets of the captured frames that overlap samples [start, end)."""
+    offsets = [(ts - origin) & 0xFFFFFFFF for ts in cap.by_rtp_ts]
+    return sorted(
+        o
+        for o, ts in zip(offsets, cap.by_rtp_ts, strict=True)
+        if o < end and o + cap.by_rtp_ts[ts].size > start
+    )
+
+
 async def close_of(ws: ClientConnection, limit_s: float = 5.0) -> tuple[int, str]:
     """Read until the server closes; (code, reason) of its close frame."""
     deadline = time.monotonic() + limit_s
