@@ -58,9 +58,12 @@ class Settings(BaseSettings):
     api_listen: str = "127.0.0.1:8180"
     # media WebSockets (sip_bridge.adapters); an adapter without its credential is off.
     # Twilio signs with the account's auth token; twilio_public_url is the wss:// origin
-    # Twilio connects to when a proxy terminates TLS.
+    # Twilio connects to when a proxy terminates TLS. AudioHook: the integration's API
+    # key and client secret (base64, as Genesys shows it; unset = API key only).
     twilio_auth_token: SecretStr | None = None
     twilio_public_url: str | None = None
+    audiohook_api_key: SecretStr | None = None
+    audiohook_client_secret: SecretStr | None = None
     ws_max_chunk_ms: int = Field(default=1000, ge=20, le=10000)  # audio in one message
     ws_media_burst_s: float = Field(default=5.0, gt=0)  # audio a client may send ahead
     ws_media_max_speed: float = Field(default=2.0, ge=1.0)  # x real time, beyond the burst
