@@ -117,15 +117,16 @@ def page_server() -> Iterator[str]:
         server.server_close()
 
 
-def _received(bridge: RunningBridge, leg_id: str) -> npt.NDArray[np.float64]:
-    """The leg's NORMAL frames laid out by RTP timestamp (gaps as zeros)."""
+def _received(bridge: RunningBridge, leg_id: str, clock: int) -> npt.NDArray[np.float64]:
+    """The leg's NORMAL 8 kHz frames laid out by RTP timestamp (a ``clock`` Hz clock;
+    gaps as zeros)."""
     cap = bridge.sink.captured(leg_id)
     ts = sorted(cap.by_rtp_ts)
     assert len(ts) > 50, f"only {len(ts)} NORMAL frames reached the sink"
-    span = ((ts[-1] - ts[0]) % (1 << 32)) + FRAME
+    span = ((ts[-1] - ts[0]) % (1 << 32)) * 8000 // clock + FRAME
     out = np.zeros(span, np.float64)
     for t in ts:
-        k = (t - ts[0]) % (1 << 32)
+        k = ((t - ts[0]) % (1 << 32)) * 8000 // clock
         out[k : k + FRAME] = cap.by_rtp_ts[t]
     return out
 
@@ -162,7 +163,7 @@ def test_chromium_publishes_a_wav_over_whip(
         assert (leg.role, leg.role_source) == (LegRole.EXTERNAL, "api")
         assert leg.codec in ("PCMU", "PCMA", "opus")
         assert bridge.events()[-1] == ("ended", "whip_delete")
-        received = _received(bridge, leg.leg_id)
+        received = _received(bridge, leg.leg_id, 48000 if leg.codec == "opus" else 8000)
         assert received.size >= 4 * 8000 and np.sqrt(np.mean(received**2)) > 100  # not silence
         r = _best_correlation(received, source)
         assert r >= 0.9, r
