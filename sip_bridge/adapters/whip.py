@@ -64,6 +64,9 @@ class WhipApi:
         self.origins = {o.strip() for o in settings.whip_cors_origins.split(",") if o.strip()}
         self.retry_after = str(settings.retry_after_s)
         self.requests: Counter[str] = Counter()  # by outcome: answered, bad_sdp, 401, ...
+        ice_log = logging.getLogger("aioice.ice")  # logs every ICE check at INFO
+        if ice_log.level == logging.NOTSET:
+            ice_log.setLevel(logging.WARNING)
 
     def stats(self) -> dict[str, object]:
         return {

@@ -13,6 +13,7 @@ BENCHMARKS: dict[str, str] = {
     "capacity": "sip_bridge.bench.capacity",
     "sip": "sip_bridge.bench.sip",
     "risk-api": "sip_bridge.bench.risk_api",
+    "webrtc": "sip_bridge.bench.webrtc",
 }
 
 
