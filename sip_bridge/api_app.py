@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from sip_bridge.adapters.audio_fork import audio_fork_router
 from sip_bridge.adapters.audiohook import audiohook_router
 from sip_bridge.adapters.audiosocket import AudioSocketServer
 from sip_bridge.adapters.audiosocket_api import audiosocket_router
@@ -38,6 +39,7 @@ def build_api(
     adapter_stats: dict[str, AdapterStats] = {}  # media-WebSocket counters, for /metrics
     app.state.adapter_stats = adapter_stats
     app.include_router(twilio_router(controller, settings, adapter_stats))
+    app.include_router(audio_fork_router(controller, settings, adapter_stats))
     app.include_router(audiohook_router(controller, settings, adapter_stats))
     include_whip(app, controller, settings)  # WHIP: POST /v1/whip, its resources
     return app

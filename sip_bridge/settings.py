@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     # been registered first through POST /v1/audiosocket/calls (control_api_token).
     audiosocket_listen: str = ""
     audiosocket_allow: str = ""
+    # FreeSWITCH mod_audio_fork / jambonz listen (WebSocket /v1/audio-fork): a bearer
+    # token and/or basic auth "user:password"; with neither the endpoint refuses everyone
+    audio_fork_token: SecretStr | None = None
+    audio_fork_basic_auth: SecretStr | None = None
 
     @field_validator("sip_listen")
     @classmethod
