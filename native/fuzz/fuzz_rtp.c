@@ -1,12 +1,16 @@
-/* libFuzzer target: RTP and RTCP parsing (native/src/rtp.c).
+/* libFuzzer target: RTP and RTCP parsing (native/src/rtp.c) and the payload decoders.
  *
  * Feeds each input to cs_rtp_parse and cs_rtcp_parse, checks the invariants of a
- * successful parse, and decodes the returned payload view with G.711 so ASan checks that
- * the view lies inside the input. Build and run with native/fuzz/run_fuzz.sh. */
+ * successful parse, and decodes the returned payload view with G.711 and G.722 and
+ * inspects it as an Opus packet (frame count, the SILK header's LBRR flag), so ASan
+ * checks that the view lies inside the input and that no decoder reads past it. Build
+ * and run with native/fuzz/run_fuzz.sh. */
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cs_opus.h"
 #include "g711.h"
+#include "g722.h"
 #include "rtp.h"
 
 #define FUZZ_ASSERT(cond)                                                                \
@@ -32,6 +36,14 @@ static void check_rtp(const uint8_t *data, size_t size)
     size_t n = h.payload_len < 256 ? h.payload_len : 256;
     cs_ulaw_decode(h.payload + h.payload_len - n, pcm, n); /* touches the view's last byte */
     cs_alaw_decode(h.payload, pcm, n);
+
+    cs_g722_decoder g722;
+    cs_g722_reset(&g722);
+    cs_g722_decode(&g722, h.payload, n / 2, pcm);
+    int units = cs_opus_packet_units(h.payload, h.payload_len);
+    FUZZ_ASSERT(units == -1 || (units >= 1 && units <= 48));
+    int fec = cs_opus_packet_has_fec(h.payload, h.payload_len);
+    FUZZ_ASSERT(fec >= -1 && fec <= 1 && (units == -1 || fec != -1));
 }
 
 static void check_rtcp(const uint8_t *data, size_t size)

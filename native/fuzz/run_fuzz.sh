@@ -15,7 +15,8 @@ mkdir -p "$out" "$run_corpus"
 
 clang -g -O1 -std=gnu11 -Wall -Wextra -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=all -fno-omit-frame-pointer -I"$src" \
-    "$here/fuzz_rtp.c" "$src/rtp.c" "$src/g711.c" -o "$out/fuzz_rtp"
+    "$here/fuzz_rtp.c" "$src/rtp.c" "$src/g711.c" "$src/g722.c" "$src/jb_opus.c" \
+    -o "$out/fuzz_rtp" -lopus
 
 "$out/fuzz_rtp" -max_total_time="$seconds" -print_final_stats=1 -max_len=2048 \
     -artifact_prefix="$out/" "$run_corpus" "$here/corpus/rtp"
