@@ -64,9 +64,17 @@ class ApiServer:
         return str(host), int(port)
 
     async def close(self) -> None:
+        """Stop serving, then run the app's ``state.close_hooks`` (coroutine functions
+        of adapters that hold sessions beyond a request: WHIP's peer connections)."""
         if self._task is None:
             return
         self._server.should_exit = True
         with contextlib.suppress(Exception):
             await self._task
         self._task = None
+        state = getattr(self.app, "state", None)
+        for hook in list(getattr(state, "close_hooks", ())):
+            try:
+                await hook()
+            except Exception:
+                log.exception("an API close hook failed")

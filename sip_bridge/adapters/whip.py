@@ -198,10 +198,15 @@ class WhipRouter(APIRouter):
 
 def include_whip(app: FastAPI, controller: CallController, settings: Settings) -> WhipApi:
     """Mount the WHIP router on ``app``; its :class:`WhipApi` goes to ``app.state.whip``
-    (where ``stats()`` and the live sessions are reachable)."""
+    (where ``stats()`` and the live sessions are reachable), and closing its peer
+    connections to ``app.state.close_hooks`` (run by the API server when it stops)."""
     router = whip_router(controller, settings)
     app.include_router(router)
     app.state.whip = router.whip
+    hooks = getattr(app.state, "close_hooks", None)
+    if hooks is None:
+        hooks = app.state.close_hooks = []
+    hooks.append(lambda: router.whip.sessions.close_all("bridge_stopped"))
     return router.whip
 
 

@@ -18,6 +18,7 @@ import secrets
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc import sdp as aiortc_sdp
@@ -104,6 +105,7 @@ class WhipSessions:
         self.stats = WhipStats()
         self.sessions: dict[str, WhipSession] = {}
         self._tasks: set[asyncio.Future[bool]] = set()
+        self._watchers: set[asyncio.Task[None]] = set()
 
     async def publish(self, offer_sdp: str, request: PublishRequest) -> WhipSession:
         """Answer ``offer_sdp``; raises OfferError (bad offer) or CapacityError."""
@@ -144,6 +146,8 @@ class WhipSessions:
         self.sessions[session.resource_id] = session
         pc.on("connectionstatechange", lambda: self._state_changed(session))
         session.watcher = asyncio.create_task(self._watch(session), name="whip-watch")
+        self._watchers.add(session.watcher)
+        session.watcher.add_done_callback(self._watchers.discard)
         self.stats.answered += 1
         return session
 
@@ -213,8 +217,13 @@ class WhipSessions:
         return True
 
     async def close_all(self, reason: str) -> None:
+        """End every session, and wait for closes already under way (a watcher or a
+        state change may be inside ``pc.close()``), so nothing is left pending."""
+        watchers = [s.watcher for s in self.sessions.values() if s.watcher is not None]
         for resource_id in list(self.sessions):
             await self.end(resource_id, reason)
+        pending: list[asyncio.Future[Any]] = [*self._watchers, *self._tasks, *watchers]
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def _state_changed(self, session: WhipSession) -> None:
         state = session.pc.connectionState

@@ -50,7 +50,7 @@ def _base(bridge: RunningBridge) -> str:
 
 def _whip(bridge: RunningBridge) -> WhipApi:
     assert bridge.bridge.api is not None
-    app: Any = bridge.bridge.api._server.config.app
+    app: Any = bridge.bridge.api.app
     whip: WhipApi = app.state.whip
     return whip
 
@@ -264,3 +264,31 @@ def test_whip_is_off_without_a_token() -> None:
         assert httpx.delete(url + "/x", headers=AUTH).status_code == 403
     finally:
         running.stop()
+
+
+def test_stopping_the_bridge_closes_live_sessions(shared_dir: Path) -> None:
+    """Drain ends the call; the API server's close hook closes every peer connection
+    (the publisher sees its connection closed) and leaves no session behind."""
+    audio = load_speech(shared_dir, 1.0)
+    running = RunningBridge(whip_token=TOKEN, whip_ice_addresses="127.0.0.1", drain_timeout_s=0.5)
+    running.start()
+    whip = _whip(running)
+    url = _base(running)
+
+    async def run() -> str:
+        async with httpx.AsyncClient(timeout=10) as client:
+            pub = await publish(client, url, TOKEN, audio)
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(running.stop)
+            deadline = time.monotonic() + 5
+            while pub.pc.connectionState != "closed" and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            state = pub.pc.connectionState
+            await pub.pc.close()
+            return state
+
+    assert asyncio.run(run()) == "closed"
+    assert running.events() == [("started", ""), ("ended", "drained")]
+    assert whip.sessions.sessions == {}
+    ended = whip.stats()["ended"]
+    assert isinstance(ended, dict) and sum(ended.values()) == 1
