@@ -76,6 +76,9 @@ class Policy(BaseModel):
     dimensions: dict[Dimension, DimensionPolicy] = Field(
         default_factory=lambda: {
             Dimension.VOICE_MISMATCH: DimensionPolicy(threshold=0.9, max_band=Band.ELEVATED),
+            # each window's score is already the whole call's aggregate (speaker
+            # biometrics): one window over the threshold is the call-level decision
+            Dimension.KNOWN_FRAUDSTER: DimensionPolicy(n=1, m=1),
             Dimension.SPEECH_ACTIVITY: DimensionPolicy(alerting=False),
         }
     )
@@ -96,7 +99,8 @@ class _Episode:
 
 @dataclass(slots=True)
 class _DimState:
-    recent: deque[tuple[float, float, float]]  # (start_s, end_s, score) of scored windows
+    # (start_s, end_s, score, the window's own reasons) of scored windows
+    recent: deque[tuple[float, float, float, tuple[str, ...]]]
     episodes: int = 0
     open: _Episode | None = None
     last_score: float = 0.0
@@ -158,7 +162,7 @@ class Fusion:
                 st.episodes if st else 0,
                 st.open if st else None,
             )
-        st.recent.append((result.key.start_s, result.key.end_s, result.score))
+        st.recent.append((result.key.start_s, result.key.end_s, result.score, result.reasons))
         st.last_score = result.score
         if pol.alerting:
             self._step(call, result, st, pol)
@@ -172,13 +176,15 @@ class Fusion:
             peak = max(w[2] for w in hits)
             ep = st.open = _Episode(st.episodes, 1, _band(peak, pol), peak, self._now())
             st.episodes += 1
-            for s, e, score in hits:
-                ep.evidence.append(_reason(r.dimension, s, e, score, r.detector, pol))
+            for s, e, score, notes in hits:
+                ep.evidence.append(_reason(r.dimension, s, e, score, r.detector, pol, notes))
             self._publish(call, r.dimension, ep, pol, r)
             return
         if r.score is not None and r.score >= pol.threshold:
             ep.evidence.append(
-                _reason(r.dimension, r.key.start_s, r.key.end_s, r.score, r.detector, pol)
+                _reason(
+                    r.dimension, r.key.start_s, r.key.end_s, r.score, r.detector, pol, r.reasons
+                )
             )
             band = _band(r.score, pol)
             if _BAND_ORDER[band] > _BAND_ORDER[ep.band] or r.score >= ep.peak + pol.revise_step:
@@ -261,9 +267,18 @@ def _band(score: float, pol: DimensionPolicy) -> Band:
 
 
 def _reason(
-    dim: Dimension, start: float, end: float, score: float, detector: str, pol: DimensionPolicy
+    dim: Dimension,
+    start: float,
+    end: float,
+    score: float,
+    detector: str,
+    pol: DimensionPolicy,
+    notes: tuple[str, ...] = (),
 ) -> Reason:
+    """``notes``: the window's own reasons (e.g. the matched watchlist entry's id)."""
     detail = f"{detector}: {score:.2f} >= {pol.threshold:.2f} over {start:.1f}-{end:.1f} s"
+    if notes:
+        detail += "; " + "; ".join(notes)
     return Reason(dimension=dim, start_s=start, end_s=end, score=score, detail=detail)
 
 

@@ -9,7 +9,9 @@ together for the media process (the bridge builds one and feeds it every tick).
 
 ``on_frames`` runs on the playout-clock thread: it writes the frames into the bank and
 queues complete windows, nothing more; inference and fusion happen on the scheduler's
-threads.
+threads. An optional ``ResultStage`` sees every window result before fusion and may turn
+it into others (the speaker biometrics: embeddings in, known_fraudster and
+voice_mismatch scores out, the embedding consumed there).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from detectors.admission import Admission, AdmissionConfig, Decision
 from detectors.alert_schema import LegRole
@@ -27,6 +30,17 @@ from detectors.metrics import DetectorMetrics
 from detectors.scheduler import BatchObserver, LaneConfig, Scheduler
 from detectors.windowing import FrameBank, LegInfo, WindowPlan
 from native.ingest import PulledFrames
+
+
+class ResultStage(Protocol):
+    """Between the scheduler and fusion: window results in, the results fusion and the
+    observers see out. Called from scheduler threads, concurrently."""
+
+    def open_call(self, call_id: str, tenant: str = "default") -> None: ...
+
+    def end_call(self, call_id: str) -> None: ...
+
+    def process(self, result: WindowResult) -> tuple[WindowResult, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +65,7 @@ class DetectorRuntime:
         observer: BatchObserver | None = None,
         on_result: Callable[[WindowResult], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stage: ResultStage | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or DetectorMetrics()
@@ -62,6 +77,7 @@ class DetectorRuntime:
         self.fusion = Fusion(publisher, policy, config.node_id)
         self._lock = threading.Lock()
         self._on_result = on_result
+        self.stage = stage
         demand = {d.spec.name: 1.0 / d.spec.hop_s for d in detectors}
         self.admission = Admission(
             replace(config.admission, workers=config.workers),
@@ -100,9 +116,13 @@ class DetectorRuntime:
 
     # ---- calls and legs -------------------------------------------------------------
 
-    def open_call(self, call_id: str, correlation_id: str | None = None) -> Decision:
+    def open_call(
+        self, call_id: str, correlation_id: str | None = None, tenant: str = "default"
+    ) -> Decision:
         decision = self.admission.admit(call_id)
         if decision.analysed:
+            if self.stage is not None:
+                self.stage.open_call(call_id, tenant)
             with self._lock:
                 self.fusion.open_call(call_id, correlation_id)
                 self._streams.setdefault(call_id, [])
@@ -122,6 +142,8 @@ class DetectorRuntime:
             self.bank.remove_leg(sid)
         with self._lock:
             self.fusion.end_call(call_id)
+        if self.stage is not None:
+            self.stage.end_call(call_id)
         self.admission.release(call_id)
 
     # ---- the tick -------------------------------------------------------------------
@@ -135,7 +157,10 @@ class DetectorRuntime:
                 self.scheduler.submit(jobs)
 
     def _sink(self, result: WindowResult) -> None:
+        results = (result,) if self.stage is None else self.stage.process(result)
         with self._lock:
-            self.fusion.on_result(result)
+            for r in results:
+                self.fusion.on_result(r)
         if self._on_result is not None:
-            self._on_result(result)
+            for r in results:
+                self._on_result(r)

@@ -16,8 +16,12 @@ Streams:
 Call state: ``call:<call_id>`` hash for live calls (the last call event, and
 ``risk:<dimension>``: the latest alert of each dimension), ``calls:live`` sorted set,
 ``extid:<system>:<id>`` -> call id (Twilio CallSid, Asterisk channel, SIP Call-ID, ...).
-Detector shared state: ``watchlist:<tenant>``, ``enrol:<tenant>:<subject>``,
+Detector shared state: ``watchlist:<tenant>`` hash entry id -> entry JSON with its
+``watchlist:<tenant>:version`` counter (bumped by every change: the bridges' caches
+reload on it), ``enrol:<tenant>:<subject>`` enrolment JSON (``detectors.bus.biometrics``),
 ``fp:<bucket>``, ``ani:<window>:<ani_hash>`` (ANIs only as keyed hashes, never raw).
+Commands to bridges: ``calls:updates`` stream of mid-call claims (``PATCH`` on a call),
+read by every bridge, applied by the one that owns the call.
 Webhooks: ``wh:*`` (``detectors.bus.webhooks.store``).
 """
 
@@ -70,8 +74,16 @@ class Keys:
     def watchlist(self, tenant: str) -> str:
         return f"{self.prefix}watchlist:{tenant}"
 
+    def watchlist_version(self, tenant: str) -> str:
+        return f"{self.prefix}watchlist:{tenant}:version"
+
     def enrolment(self, tenant: str, subject: str) -> str:
         return f"{self.prefix}enrol:{tenant}:{subject}"
+
+    @property
+    def call_updates(self) -> str:
+        """Stream of mid-call claims for the bridges (``detectors.bus.biometrics``)."""
+        return f"{self.prefix}calls:updates"
 
     def fingerprint(self, bucket: str) -> str:
         return f"{self.prefix}fp:{bucket}"
