@@ -9,11 +9,11 @@ A command a user may run touches only the keys its rules allow; a *selector*
 read the alert stream through its consumer group without being able to ``XADD`` to it.
 
   bridge     writes alerts (Lua dedupe + XADD), scores, call events, call state and
-             system events; reads watchlists and enrolments; owns fingerprints and
-             ANI counters (the last four are for the planned shared detector state)
+             system events; reads watchlists, enrolments and mid-call updates; owns
+             fingerprints and ANI counters (planned shared detector state)
   dashboard  reads alerts, scores, call events, call state and system events; owns
-             ``dash:*`` (users, sessions, triage, labels, audit) and the watchlists
-             and enrolments (management is planned); cannot write what the bridge owns
+             ``dash:*`` (users, sessions, triage, labels, audit), the watchlists and
+             enrolments, and writes mid-call updates; cannot write what the bridge owns
   webhooks   owns ``wh:*``; on the alert and system-event streams only its consumer
              group's commands
   retention  ``callshield redis trim``: trims the alert stream, nothing else
@@ -86,7 +86,9 @@ def components(prefix: str) -> dict[str, Component]:
         system,
         system_state,
     )
-    shared_ro = (k.watchlist("*"), k.enrolment("*", "*"))
+    # watchlists (with their version counters) and enrolments: the dashboard and
+    # `callshield watchlist` write them, bridges only read; likewise mid-call updates
+    shared_ro = (k.watchlist("*"), k.enrolment("*", "*"), k.call_updates)
     shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
     webhooks = f"{k.prefix}wh:*"
     found = [
@@ -111,6 +113,11 @@ def components(prefix: str) -> dict[str, Component]:
                     "zrem",
                     "set",  # extid:<system>:<id> -> call id
                     "exists",  # the call-risk script
+                    *_TRANSACTIONS,  # watchlist version and entries read together
+                    "get",  # watchlist version, enrolments
+                    "hgetall",  # watchlist entries
+                    "xread",  # mid-call updates
+                    "xrevrange",  # where the updates stream ends at start
                 ),
             ),
         ),

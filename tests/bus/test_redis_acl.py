@@ -25,6 +25,7 @@ from dashboard.auth import Role
 from dashboard.keys import DashKeys
 from dashboard.settings import DashboardSettings
 from detectors.bus.acl import components, glob_escape
+from detectors.bus.biometrics_store import read_entries, read_updates
 from detectors.bus.connect import sync_client
 from detectors.bus.keys import Keys
 from detectors.bus.publisher import AlertPublisher
@@ -148,6 +149,13 @@ def test_each_component_works_under_its_user_and_nothing_more(
     _denied(dashboard.hset, keys.call("call-1"), "state", "ended")
     _denied(dashboard.hset, keys.wh_endpoints, "ep_x", "{}")
     dashboard.hset(keys.watchlist("t1"), "subject", "x")  # the dashboard owns watchlists
+    dashboard.incr(keys.watchlist_version("t1"))
+    dashboard.xadd(keys.call_updates, {"json": "{}"})  # and writes mid-call updates
+    # the bridge reads them with the code it runs (a MULTI, XREAD), writes neither
+    assert read_entries(bridge, keys, "t1") == (1, [], 1)  # the bad entry counted
+    assert read_updates(bridge, keys, "0-0", 1, lambda *_: None)[1] == []
+    _denied(bridge.xadd, keys.call_updates, {"json": "{}"})
+    _denied(bridge.incr, keys.watchlist_version("t1"))
 
     # --- webhooks: the CLI's endpoint store and the real dispatcher ----------------------
     receiver = Receiver()
