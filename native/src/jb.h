@@ -69,7 +69,8 @@ typedef struct {
     uint32_t rtp_ts;         /* RTP timestamp of the first sample (valid if has_rtp_ts) */
     uint32_t ssrc;
     uint8_t flag;            /* CS_FRAME_* */
-    uint8_t real_mask;       /* bit i set: unit i (2.5 ms) is decoded received audio */
+    uint8_t real_mask;       /* bit i set: unit i (2.5 ms) is decoded received audio
+                                (Opus: or recovered from the next packet's FEC) */
     uint8_t has_rtp_ts;
     uint8_t dtx;             /* 1 while the sender is in DTX / comfort noise */
     uint16_t samples;        /* samples in the frame (out_rate / 50) */
@@ -117,7 +118,7 @@ typedef struct {
     uint64_t concealed_samples;
     uint64_t concealment_events;
     uint64_t fec_samples;                 /* lost samples recovered from Opus in-band FEC */
-    uint64_t decoder_resets;              /* stateful decoder restarted (loss, PT switch) */
+    uint64_t decoder_resets;              /* G.722/resampler restarted: gap, drop, PT switch */
     uint64_t inserted_samples_for_deceleration;
     uint64_t removed_samples_for_acceleration;
     uint64_t cng_samples;
