@@ -23,9 +23,10 @@ from dashboard.auth import ApiKeyStore, Clock, RateLimiter, SessionStore, UserSt
 from dashboard.deps import Context, LoginRequiredError
 from dashboard.keys import DashKeys
 from dashboard.live import LiveHub
-from dashboard.routes import admin, alerts, auth, calls, pages, system
+from dashboard.routes import admin, alerts, auth, calls, pages, system, watchlist
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
+from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.connect import async_client
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
@@ -75,6 +76,7 @@ def create_app(
             audit=AuditLog(client, dash, clock, settings.audit_maxlen),
             hub=hub,
             origins=settings.origins(),
+            biometrics=BiometricsStore(client, keys),
         )
         reader = asyncio.create_task(hub.run(), name="live-feed")
         try:
@@ -116,6 +118,7 @@ def create_app(
     app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
     app.include_router(system.health_router)
     app.include_router(pages.router)
-    for router in (auth.router, alerts.router, calls.router, admin.router, system.router):
-        app.include_router(router, prefix=API_PREFIX)
+    routers = (auth, alerts, calls, admin, system, watchlist)
+    for module in routers:
+        app.include_router(module.router, prefix=API_PREFIX)
     return app

@@ -33,6 +33,7 @@ from dashboard.auth import (
 from dashboard.live import LiveHub
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
+from detectors.bus.biometrics_store import BiometricsStore
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "x-csrf-token"
@@ -54,6 +55,7 @@ class Context:
     audit: AuditLog
     hub: LiveHub
     origins: set[str]
+    biometrics: BiometricsStore
 
     @property
     def cookie_name(self) -> str:

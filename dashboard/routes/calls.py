@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dashboard.deps import Analyst, CtxDep, Viewer
+from dashboard.auth import Principal
+from dashboard.deps import Analyst, Context, CtxDep, Viewer
 from dashboard.masking import mask_text
 from dashboard.schemas import CallDetail, CallPublic, CallRisk, RevealedNumbers, RevealIn
 from detectors.alert_schema import Band
+from detectors.bus.biometrics import SUBJECT_PATTERN, CallUpdate, new_id
 
 router = APIRouter(prefix="/calls", tags=["calls"])
 
@@ -41,6 +45,55 @@ async def risk_by_external_id(
     if risk is None:
         raise HTTPException(404, "no call with that id (unknown, or its state expired)")
     return risk
+
+
+class CallPatch(BaseModel):
+    """A mid-call claim (issue 12): absent fields stay as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    claimed_account: str | None = Field(default=None, pattern=SUBJECT_PATTERN)
+    consent_ref: str | None = Field(default=None, min_length=1, max_length=200)
+    queue: str | None = Field(default=None, min_length=1, max_length=64)
+    agent_id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+async def _update(call_id: str, body: CallPatch, who: Principal, ctx: Context) -> dict[str, Any]:
+    if await ctx.biometrics.live_call(call_id) is None:
+        raise HTTPException(404, "no live call with that id")
+    try:
+        update = CallUpdate(
+            command_id=new_id("cu"),
+            call_id=call_id,
+            requested_by=who.name,
+            at=datetime.fromtimestamp(ctx.clock(), UTC),
+            **body.model_dump(),
+        )
+    except ValidationError as exc:
+        raise HTTPException(422, exc.errors()[0].get("msg", "invalid update")) from None
+    await ctx.biometrics.submit_update(update)
+    fields = sorted(update.fields())
+    await ctx.audit.record(who, "call.update", call_id, fields=fields, command=update.command_id)
+    return {"call_id": call_id, "command_id": update.command_id, "fields": fields}
+
+
+@router.patch("/by-external-id/{system}/{external_id}", status_code=202)
+async def update_by_external_id(
+    system: System, external_id: ExternalId, body: CallPatch, who: Analyst, ctx: CtxDep
+) -> dict[str, Any]:
+    """``PATCH /calls/{id}`` for a call named by the PBX's or CPaaS's own id."""
+    call_id = await ctx.biometrics.call_by_external_id(system, external_id)
+    if call_id is None:
+        raise HTTPException(404, "no live call with that id")
+    return await _update(call_id, body, who, ctx)
+
+
+@router.patch("/{call_id}", status_code=202)
+async def update_call(call_id: str, body: CallPatch, who: Analyst, ctx: CtxDep) -> dict[str, Any]:
+    """Mid-call claim: the claimed account (voice_mismatch then scores the caller against
+    its enrolment), consent reference, queue, agent. Accepted here, applied by the
+    bridge that owns the call within about a second (202)."""
+    return await _update(call_id, body, who, ctx)
 
 
 @router.get("/{call_id}/risk")

@@ -31,6 +31,14 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/api/v1/calls/call-1/risk", None, "viewer"),
     ("GET", "/api/v1/calls/by-external-id/{system}/{external_id}/risk", None, "viewer"),
     ("POST", "/api/v1/calls/call-1/reveal", {"reason": "callback to customer"}, "analyst"),
+    ("PATCH", "/api/v1/calls/call-1", {"queue": "cards"}, "analyst"),
+    ("PATCH", "/api/v1/calls/by-external-id/{system}/{external_id}", {"queue": "q"}, "analyst"),
+    ("GET", "/api/v1/watchlist", None, "analyst"),
+    ("POST", "/api/v1/watchlist", {"label": "incomplete"}, "analyst"),
+    ("DELETE", "/api/v1/watchlist/{entry_id}", None, "analyst"),
+    ("PUT", "/api/v1/enrolments/{subject}", {"consent_ref": "incomplete"}, "analyst"),
+    ("GET", "/api/v1/enrolments/{subject}", None, "analyst"),
+    ("DELETE", "/api/v1/enrolments/{subject}", None, "analyst"),
     ("GET", "/api/v1/users", None, "admin"),
     ("POST", "/api/v1/users", {"username": "new", "password": PASSWORD, "role": "viewer"}, "admin"),
     ("GET", "/api/v1/api-keys", None, "admin"),
@@ -66,6 +74,7 @@ def _seed(dash: Dash) -> None:
 
 def _path(path: str) -> str:
     path = path.replace("{system}", "asterisk").replace("{external_id}", "1764504000.42")
+    path = path.replace("{entry_id}", "wl_0123456789abcdef").replace("{subject}", "acct-1")
     return path.replace("{alert}", ALERT_ID)
 
 
