@@ -24,6 +24,7 @@ from typing import Any
 
 from detectors.model_store import ModelSettings
 from native.ingest import Ingest
+from sip_bridge.adapter_metrics import AdapterCollector
 from sip_bridge.adapters.audiosocket import AudioSocketServer
 from sip_bridge.adapters.audiosocket_calls import AudioSocketCalls
 from sip_bridge.api_app import build_api
@@ -91,8 +92,24 @@ class Bridge:
         if s.api_address is not None:
             app = build_api(self.controller, s, audiosocket=self.audiosocket)
             self.api = ApiServer(app, *s.api_address)
+        if self.wiring is not None:  # the adapters' counters on /metrics
+            self.wiring.detector_metrics.registry.register(AdapterCollector(self.adapter_stats))
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
+
+    def adapter_stats(self) -> list[tuple[str, dict[str, Any]]]:
+        """(adapter, counters) of every ingress adapter this bridge runs."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        if self.audiosocket is not None:
+            out.append(("audiosocket", self.audiosocket.snapshot()))
+        state = getattr(self.api.app, "state", None) if self.api is not None else None
+        if state is not None:
+            for name, stats in getattr(state, "adapter_stats", {}).items():
+                out.append((name, stats.snapshot()))
+            whip = getattr(state, "whip", None)
+            if whip is not None:
+                out.append(("whip", whip.stats()))
+        return out
 
     async def serve(self) -> None:
         self.ingest.start()
