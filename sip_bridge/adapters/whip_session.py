@@ -22,7 +22,7 @@ from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc import sdp as aiortc_sdp
-from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+from aiortc.rtcrtpparameters import RTCRtpCodecCapability, RTCRtpCodecParameters
 from aiortc.rtcrtptransceiver import RTCRtpTransceiver
 from aiortc.rtp import RtpPacket
 
@@ -118,9 +118,9 @@ class WhipSessions:
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         try:
             audio_tx = []
-            for _ in audio:  # taken by the offer's audio m-lines in order
+            for m in audio:  # taken by the offer's audio m-lines in order
                 tx = pc.addTransceiver("audio", direction="recvonly")
-                tx.setCodecPreferences(preferences)
+                tx.setCodecPreferences([_chosen(m, preferences, self.codecs)])
                 audio_tx.append(tx)
             try:
                 await pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
@@ -259,6 +259,21 @@ def _audio_mlines(offer_sdp: str) -> list[aiortc_sdp.MediaDescription]:
         if m.direction not in (None, "sendonly", "sendrecv"):
             raise OfferError(f"a WHIP client publishes: audio m-line is {m.direction}")
     return audio
+
+
+def _chosen(
+    m: aiortc_sdp.MediaDescription,
+    preferences: list[RTCRtpCodecCapability],
+    names: tuple[str, ...],
+) -> RTCRtpCodecCapability:
+    """Our most preferred codec among those the m-line offers. The answer carries only
+    that one, so the sender cannot pick another and the leg's codec is what arrives."""
+    offered = {(c.mimeType.lower(), c.clockRate) for c in m.rtp.codecs}
+    for cap in preferences:
+        if (cap.mimeType.lower(), cap.clockRate) in offered:
+            return cap
+    shown = sorted({c.mimeType.partition("/")[2] for c in m.rtp.codecs})
+    raise OfferError(f"audio m-line: no codec in common: offered {shown}, accepted {list(names)}")
 
 
 def _roles_per_leg(roles: tuple[LegRole, ...], legs: int) -> tuple[LegRole, ...]:

@@ -6,6 +6,7 @@ bad requests get their clear status (counted) without touching the live call."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ def bridge() -> Iterator[RunningBridge]:
         whip_token=TOKEN,
         whip_ice_addresses="127.0.0.1",
         whip_cors_origins=ORIGIN,
-        whip_codecs="PCMU,PCMA",
+        whip_codecs="opus,PCMU",
         rtp_timeout_s=1.5,
     )
     running.start()
@@ -137,6 +138,59 @@ def test_publish_delivers_the_speech_and_delete_ends_the_call(
     assert stats["packets"] >= 150 and stats["ended"]["whip_delete"] >= 1  # type: ignore[index]
 
 
+def _laid_out(bridge: RunningBridge, leg_id: str, clock: int) -> npt.NDArray[np.float64]:
+    """The leg's NORMAL 8 kHz frames placed by RTP timestamp (``clock`` Hz), gaps zero."""
+    cap = bridge.sink.captured(leg_id)
+    ts = sorted(cap.by_rtp_ts)
+    assert ts, "no NORMAL frame reached the sink"
+    out = np.zeros(((ts[-1] - ts[0]) % (1 << 32)) * 8000 // clock + FRAME)
+    for t in ts:
+        k = ((t - ts[0]) % (1 << 32)) * 8000 // clock
+        out[k : k + FRAME] = cap.by_rtp_ts[t]
+    return out
+
+
+def _correlation(received: npt.NDArray[np.float64], source: npt.NDArray[np.int16]) -> float:
+    """Pearson r of the received audio and the source at the lag of their best
+    cross-correlation (Opus delays the audio by a few samples; the first frames may be
+    the jitter buffer's start)."""
+    ref = source.astype(np.float64)
+    size = 1 << (ref.size + received.size).bit_length()
+    xc = np.fft.irfft(np.fft.rfft(received, size) * np.conj(np.fft.rfft(ref, size)), size)
+    lag = int(np.argmax(xc[:4000]))  # the received audio starts at most 0.5 s late
+    n = min(received.size - lag, ref.size)
+    return float(np.corrcoef(received[lag : lag + n], ref[:n])[0, 1])
+
+
+def test_opus_is_chosen_and_decoded_by_the_native_core(
+    bridge: RunningBridge, shared_dir: Path
+) -> None:
+    audio = load_speech(shared_dir, 3.0, skip=5)
+    url = _base(bridge)
+
+    async def run() -> str:
+        known = {e.call_id for e, _ in bridge.publisher.events}
+        async with httpx.AsyncClient(timeout=10) as client:
+            # the publisher prefers PCMU; the bridge's preference (opus) decides, and
+            # the answer carries that one codec only, so it is what the sender uses
+            pub = await publish(client, url, TOKEN, audio, codecs=("PCMU", "opus"), loop=False)
+            assert re.findall(r"a=rtpmap:\d+ (\S+)", pub.answer) == ["opus/48000/2"]
+            call_id = _new_call(bridge, known)
+            while pub.track.frames_sent < audio.size // FRAME + 10:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.4)
+            assert await pub.delete(client) == 200
+        (leg,) = bridge.publisher.of(call_id)[0].legs
+        return leg
+
+    leg_id = asyncio.run(run())
+    call = next(c for e, c in bridge.publisher.events if leg_id in c.legs)
+    assert call.legs[leg_id].codec == "opus"
+    received = _laid_out(bridge, leg_id, 48000)
+    assert received.size >= audio.size * 0.9
+    assert _correlation(received, audio) >= 0.9
+
+
 def test_bad_requests_are_refused_and_counted_without_touching_a_live_call(
     bridge: RunningBridge, shared_dir: Path
 ) -> None:
@@ -175,8 +229,8 @@ def test_bad_requests_are_refused_and_counted_without_touching_a_live_call(
                     client, url, TOKEN, audio, extra_headers={"X-CallShield-Role": "boss"}
                 )
             assert refused.value.status == 400
-            with pytest.raises(WhipError) as refused:  # Opus only: no codec in common
-                await publish(client, url, TOKEN, audio, codecs=("opus",))
+            with pytest.raises(WhipError) as refused:  # PCMA only: no codec in common
+                await publish(client, url, TOKEN, audio, codecs=("PCMA",))
             assert refused.value.status == 400
             r = await client.delete(url + "/no-such-session", headers=AUTH)
             assert r.status_code == 404
