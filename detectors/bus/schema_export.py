@@ -111,7 +111,56 @@ def examples() -> dict[str, BaseModel]:
         "webhook_system": WebhookEnvelope(
             type=system.type, timestamp=system.at, stale=False, data=system
         ),
+        **attach_examples(alert),
     }
+
+
+# The ids each attach type puts on its calls (``external_ids``): what a PBX integrator
+# matches webhook payloads against, and the ``{system}`` of
+# GET /api/v1/calls/by-external-id/{system}/{id}/risk. One example webhook per type.
+ATTACH_IDS: dict[str, tuple[str | None, dict[str, str]]] = {
+    "sip": (None, {"sip-call-id": "a84b4c76e66710@pc33.example.com"}),
+    "siprec": (
+        "00000000-0000-0000-0000-00000000a1b2",  # the recording session's Session-ID
+        {"sip-call-id": "2bc8a91e@sbc.example.com"},
+    ),
+    "rtp_control_api": (None, {"asterisk": "1764504000.42"}),  # ARI ExternalMedia, ids given
+    "audiosocket": (None, {"asterisk_linkedid": "1764504000.40"}),  # registered with the call
+    "twilio": (
+        "CA5f0a4c6c3e1d4b9a8f7e6d5c4b3a2910",
+        {"twilio": "CA5f0a4c6c3e1d4b9a8f7e6d5c4b3a2910", "twilio_stream": "MZ18ad3ab5a668"},
+    ),
+    "genesys_audiohook": (
+        "090eaa2f-72fa-480a-83e0-8667ff89c0ec",
+        {
+            "genesys": "090eaa2f-72fa-480a-83e0-8667ff89c0ec",
+            "genesys_conversation": "090eaa2f-72fa-480a-83e0-8667ff89c0ec",
+            "audiohook_session": "e160e428-53e2-487c-977d-96989bf5c99d",
+            "audiohook_correlation": "30b0e395-84d3-4570-ac13-9a62d8f514c0",
+            "genesys_organization": "d7934305-0972-4844-938e-9060eef73d05",
+        },
+    ),
+    "freeswitch_audio_fork": ("5f1e8a4c-fs", {"freeswitch": "5f1e8a4c-fs"}),
+    "jambonz_listen": ("b2a3c4d5-jb", {"jambonz": "b2a3c4d5-jb", "direction": "inbound"}),
+    "webrtc_whip": (None, {"call_id": "cc-4711", "queue": "fraud-desk"}),  # X-CallShield-*
+}
+
+
+def attach_examples(alert: Alert) -> dict[str, BaseModel]:
+    """The example alert webhook as each attach type would carry it."""
+    out: dict[str, BaseModel] = {}
+    for attach, (correlation, ids) in ATTACH_IDS.items():
+        data = alert.model_copy(
+            update={
+                "alert_id": alert_id_for(correlation or "call-0001", alert.dimension, 0),
+                "correlation_id": correlation,
+                "external_ids": ids,
+            }
+        )
+        out[f"attach/{attach}"] = WebhookEnvelope(
+            type="call.alert.escalated", timestamp=data.updated_at, stale=False, data=data
+        )
+    return out
 
 
 _MODELS: dict[str, type[BaseModel]] = {

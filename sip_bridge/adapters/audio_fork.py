@@ -59,6 +59,7 @@ from sip_bridge.adapters.ws_session import MediaSocketSession
 from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.settings import Settings
 
+SYSTEMS = {"audio_fork": "freeswitch", "jambonz": "jambonz"}  # vendor -> id system
 PATH = "/v1/audio-fork"
 SUBPROTOCOLS = ("audio.jambonz.org", "audio.drachtio.org", "audiostream.drachtio.org")
 MIX_TYPES = ("mono", "mixed", "stereo")
@@ -133,7 +134,8 @@ class AudioForkSession(MediaSocketSession):
         if role_text is not None and role_text not in _ROLES:
             raise SessionError(CloseCode.BAD_DATA, "bad_metadata", "role: external|internal")
         call_sid = bounded_text(_field(data, "callSid", "call_sid", "uuid"), "callSid")
-        external_ids = {"call_sid": call_sid} if call_sid else {}
+        # named by the system, so risk-by-external-id finds it (issue 12)
+        external_ids = {SYSTEMS[self.vendor]: call_sid} if call_sid else {}
         direction = bounded_text(data.get("direction"), "direction")
         if direction:
             external_ids["direction"] = direction

@@ -209,6 +209,7 @@ class AudioHookSession(MediaSocketSession):
             dnis=bounded_text(participant.get("dnis"), "dnis"),
             correlation_id=conversation or self.correlation_id,
             external_ids={
+                "genesys": conversation,  # risk-by-external-id's system name (issue 12)
                 "genesys_conversation": conversation,
                 "audiohook_session": self.session_id,
                 "audiohook_correlation": self.correlation_id,

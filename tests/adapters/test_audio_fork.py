@@ -117,7 +117,7 @@ def test_jambonz_listen_stereo_two_legs_bit_exact(shared_dir: Path) -> None:
 
                 async def check_dtmf() -> None:
                     await asyncio.sleep(0.1)
-                    call = live_call(bridge, "call_sid", metadata["callSid"])
+                    call = live_call(bridge, "jambonz", metadata["callSid"])
                     assert call is not None
                     seen["call"] = call
                     legs = legs_by_label(call)
@@ -182,7 +182,7 @@ def test_mod_audio_fork_16k_mono_from_the_url(shared_dir: Path) -> None:
         asyncio.run(run())
         events = [e for e, _ in bridge.publisher.events]
         call = events[0]
-        assert call.external_ids == {"call_sid": "5f1e-fs-uuid"}
+        assert call.external_ids == {"freeswitch": "5f1e-fs-uuid"}
         assert list(call.legs.values()) == ["external"]
         assert wait_for(lambda: not bridge.calls())
         cap = bridge.sink.captured(next(iter(call.legs)))
@@ -278,7 +278,9 @@ def test_malformed_streams_are_closed_while_another_call_flows(shared_dir: Path)
         assert "faster than real time" in closes["flood_media"][1]
         stats = adapter_stats(bridge, "audio_fork")
         assert stats["bad"] == dict.fromkeys(cases, 1)
-        good = next(e for e, _ in bridge.publisher.events if e.external_ids == {"call_sid": "good"})
+        good = next(
+            e for e, _ in bridge.publisher.events if e.external_ids == {"freeswitch": "good"}
+        )
         assert list(good.legs.values()) == ["mixed"]
         assert wait_for(lambda: not bridge.calls())
         cap = bridge.sink.captured(next(iter(good.legs)))

@@ -272,6 +272,7 @@ async def _scenario(
         "090eaa2f-72fa-480a-83e0-8667ff89c0ec",
     )
     assert call.external_ids["genesys_conversation"] == "090eaa2f-72fa-480a-83e0-8667ff89c0ec"
+    assert call.external_ids["genesys"] == call.external_ids["genesys_conversation"]
     assert call.external_ids["genesys_organization"] == ORG
     roles = {leg.label: (leg.role.value, leg.role_source, leg.codec) for leg in call.legs.values()}
     assert roles == {
