@@ -50,6 +50,19 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--hop-s", type=float, default=1.5)
     p.add_argument("--reference-audio", type=Path, nargs="*", help="real speech WAVs to verify on")
     p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
+    p.add_argument(
+        "--cohort-from",
+        type=Path,
+        metavar="SPEECH_DIR",
+        help="then build the S-norm impostor cohort from this MANIFEST.csv folder",
+    )
+    p = verbs.add_parser(
+        "build-cohort",
+        help="the speaker model's S-norm impostor cohort from a speech folder (MANIFEST.csv)",
+    )
+    p.add_argument("speech_dir", type=Path)
+    p.add_argument("--datasets", default="speechocean762")
+    p.add_argument("--fraction", type=float, default=0.25, help="share of speakers (hash)")
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
@@ -132,9 +145,16 @@ def run(args: argparse.Namespace) -> int:
     if args.verb == "derive-speaker":
         from detectors.speaker.deriver import run_cli as derive
 
-        return derive(
-            args.out or root, args.weights, args.window_s, args.hop_s, args.reference_audio
-        )
+        rc = derive(args.out or root, args.weights, args.window_s, args.hop_s, args.reference_audio)
+        if rc != 0 or args.cohort_from is None:
+            return rc
+        from detectors.speaker.cohort import run_cli as build_cohort
+
+        return build_cohort(ModelStore(args.out or root), args.cohort_from, "speechocean762", 0.25)
+    if args.verb == "build-cohort":
+        from detectors.speaker.cohort import run_cli as build_cohort
+
+        return build_cohort(store, args.speech_dir, args.datasets, args.fraction)
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad
 

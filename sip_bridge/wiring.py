@@ -27,6 +27,7 @@ from detectors.admission import AdmissionConfig, OverloadPolicy
 from detectors.bus.connect import resolve_url, sync_client
 from detectors.bus.coverage_objective import CoverageRule, CoverageTracker, Objective
 from detectors.bus.embedded import EmbeddedRedis, Supervisor
+from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.settings import BusSettings
@@ -34,8 +35,10 @@ from detectors.contract import Detector
 from detectors.metrics import DetectorMetrics, render
 from detectors.model_store import ModelSettings, ModelStore
 from detectors.runtime import DetectorRuntime, RuntimeConfig
+from detectors.speaker.settings import BiometricsSettings
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
+from sip_bridge.biometrics import Biometrics, build_biometrics
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.http import StatusServer
@@ -106,14 +109,23 @@ class Wiring:
         bus_settings: BusSettings | None = None,
         models: ModelSettings | None = None,
         detectors: list[Detector] | None = None,
+        biometrics: BiometricsSettings | None = None,
     ) -> None:
         self.settings = settings
         self.bus_settings = bus_settings or BusSettings()
         self.detector_metrics = DetectorMetrics()
+        models = models or ModelSettings()
         if detectors is None:
-            detectors = load_detectors(models or ModelSettings(), settings.dev_fixture_models)
+            detectors = load_detectors(models, settings.dev_fixture_models)
         self.detectors = detectors
         self.client, self.supervisor = self._connect()
+        self.biometrics: Biometrics | None = build_biometrics(
+            detectors,
+            models.models_dir,
+            self.client,
+            Keys(self.bus_settings.key_prefix),
+            biometrics,
+        )
         self.bus = AlertPublisher(self.client, self.bus_settings)
         self.enricher = EnrichingPublisher(self.bus)
         self.windows = WindowTally()
@@ -138,6 +150,7 @@ class Wiring:
             ),
             metrics=self.detector_metrics,
             on_result=self.windows.on_result,
+            stage=self.biometrics.stage if self.biometrics else None,
         )
         self.analysis: Analysis | None = None
         self.http: StatusServer | None = None
@@ -185,6 +198,8 @@ class Wiring:
         503 on /ready meanwhile), then the models' pre-warm."""
         self._alive = alive
         self.bus.start()
+        if self.biometrics is not None:
+            self.biometrics.start()
         if self.supervisor is not None:
             self.supervisor.start()
             self._supervising = True
@@ -205,6 +220,8 @@ class Wiring:
         if self.http is not None:
             self.http.close()
         self.runtime.close()
+        if self.biometrics is not None:
+            self.biometrics.close()
         self.bus.close(timeout_s=5.0)
         if self.supervisor is not None and self._supervising:
             self.supervisor.stop()

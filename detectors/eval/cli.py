@@ -61,6 +61,15 @@ def add_parser(sub: Any, name: str) -> None:
         help="add espeak-ng spoofs (generated now) to the evaluated set",
     )
     p.add_argument("--per-call", action="store_true", help="include every call's scores")
+    p.add_argument(
+        "--watchlist-sizes",
+        help="instead: known_fraudster per-call false-match and hit rates per watchlist size "
+        "(e.g. 10,100,1000) on a MANIFEST.csv speech folder (DIR or --from-manifest)",
+    )
+    p.add_argument("--target-rate", type=float, default=0.001, help="per-call false-match goal")
+    p.add_argument("--min-speech-s", type=float, default=1.5, help="net speech before scoring")
+    p.add_argument("--folds", type=int, default=10, help="random watchlist draws")
+    p.add_argument("--max-speakers", type=int, help="use only the first N pool speakers")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 
@@ -98,12 +107,56 @@ def generate_espeak(out_dir: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.watchlist_sizes:
+        return run_watchlist(args)
     try:
         report = evaluate(args)
     except (ValueError, LookupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2) if args.json else _text(report))
+    return 0
+
+
+def run_watchlist(args: argparse.Namespace) -> int:
+    from detectors.eval.watchlist import WatchlistEvalConfig, evaluate_watchlist, format_text
+    from detectors.model_store import ModelSettings, ModelStore
+    from detectors.speaker.cohort import cohort_path, load_cohort
+    from detectors.speaker.deriver import NAME
+
+    try:
+        sizes = tuple(int(n) for n in args.watchlist_sizes.split(",") if n.strip())
+        if not sizes or min(sizes) < 1:
+            raise ValueError("--watchlist-sizes: positive integers, e.g. 10,100,1000")
+        speech = args.from_manifest.parent if args.from_manifest else args.dir
+        if speech is None or not (speech / "MANIFEST.csv").is_file():
+            raise ValueError("give a speech folder with MANIFEST.csv (DIR or --from-manifest)")
+        store = ModelStore(args.models_dir or ModelSettings().models_dir)
+        installed = store.get(NAME)
+        path = cohort_path(store.root, installed.manifest)
+        if not path.is_file():
+            raise LookupError(f"no cohort at {path} (run: callshield models build-cohort DIR)")
+        cohort, _, _ = load_cohort(path)
+        cfg = WatchlistEvalConfig(
+            sizes=sizes,
+            target_rate=args.target_rate,
+            min_net_speech_s=args.min_speech_s,
+            folds=args.folds,
+            seed=args.split_seed,
+            max_speakers=args.max_speakers,
+        )
+        report = evaluate_watchlist(
+            installed.model_path,
+            installed.manifest,
+            cohort,
+            speech,
+            cfg,
+            progress=None if args.json else _progress,
+        )
+    except (ValueError, LookupError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_text(report))
     return 0
 
 

@@ -1,0 +1,464 @@
+"""``callshield eval --watchlist-sizes 10,100,1000``: per-call false-match and hit rates of
+known_fraudster per watchlist size, through the bridge's own scoring code
+(``SpeakerBiometrics``: speech-weighted aggregate, S-norm, threshold per size), on
+8 kHz G.711 speech of speakers the cohort never saw.
+
+Data (a MANIFEST.csv speech folder; speechocean762 has two utterances per speaker):
+- pool: speakers of ``datasets`` outside the S-norm cohort (``cohort.in_cohort``);
+- per fold, a random part of the pool is *listed* (entry: utterance 1; hit probe:
+  utterance 2), the rest are *unlisted* callers (both utterances back to back, one call);
+  callers of ``probe_datasets`` (other corpora) are unlisted in every fold;
+- a watchlist larger than the listed speakers is filled with speed-perturbed copies of
+  the listed speakers' enrolment audio (×0.9, ×0.95, ×1.05, ×1.1: new pseudo-speakers,
+  as in Kaldi's speed perturbation) and then with two listed speakers' enrolment audio
+  back to back. None of them shares a speaker with an unlisted caller.
+- a call is a false match when any of its scored windows (after ``min_net_speech_s``)
+  reaches the known_fraudster policy threshold; a hit when the listed speaker's own
+  entry is the one matched.
+- handoff: an unlisted caller claims their own enrolled account, then hands the phone
+  to another unlisted speaker ("let me put my wife on"): the call's highest band under
+  the default policy (fusion included) is counted.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detectors.alert_schema import Alert, Band, Dimension, LegRole, ScoreUpdate
+from detectors.bus.biometrics import BiometricsMode
+from detectors.contract import FloatArray, WindowKey, WindowQuality, WindowResult
+from detectors.fusion import Fusion, Policy
+from detectors.speaker.biometrics_stage import BiometricsConfig, SpeakerBiometrics
+from detectors.speaker.cohort import Clip, Embedder, corpus, in_cohort
+from detectors.speaker.scoring import SLOPE, Cohort
+from detectors.speaker.shared_state import StaticSpeakerState
+from detectors.speaker.watchlist_index import WatchlistIndex
+
+PROBE_DATASETS = (
+    "librispeech_misc",
+    "cmu_arctic",
+    "ljspeech",
+    "asterisk_prompts",
+    "osr",
+    "ami",
+    "commonvoice",
+)
+SPEEDS = (0.9, 0.95, 1.05, 1.1)
+TENANT = "eval"
+
+
+@dataclass(frozen=True, slots=True)
+class WatchlistEvalConfig:
+    sizes: tuple[int, ...]
+    target_rate: float = 0.001
+    min_net_speech_s: float = 1.5
+    folds: int = 10
+    seed: int = 0
+    datasets: tuple[str, ...] = ("speechocean762",)
+    probe_datasets: tuple[str, ...] = PROBE_DATASETS
+    listed_share: float = 0.72
+    mixtures: int = 1200
+    handoffs: int = 100
+    max_speakers: int | None = None
+
+
+@dataclass
+class _Tally:
+    impostor_calls: int = 0
+    false_matches: int = 0
+    impostor_scores: list[float] = field(default_factory=list)  # max S-norm per call
+    targets: int = 0
+    hits: int = 0
+    target_scores: list[float] = field(default_factory=list)  # own entry's S-norm
+    entries: dict[str, int] = field(default_factory=dict)
+    speakers: set[str] = field(default_factory=set)
+    threshold: float = 0.0
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    def publish_alert(self, alert: Alert) -> None:
+        self.alerts.append(alert)
+
+    def publish_score(self, update: ScoreUpdate) -> None:
+        return None
+
+
+def windows(call_id: str, clip: Clip, window_s: float, hop_s: float) -> list[WindowResult]:
+    """The speaker model's window results for a call's external leg."""
+    out = []
+    for i, (e, sp) in enumerate(zip(clip.embeddings, clip.speech_s, strict=True)):
+        key = WindowKey(call_id, "caller", LegRole.EXTERNAL, i * hop_s, i * hop_s + window_s)
+        out.append(
+            WindowResult(
+                key=key,
+                detector="speaker",
+                model_version="eval",
+                dimension=Dimension.VOICE_MISMATCH,
+                provider="cpu",
+                score=0.0,
+                threshold=0.5,
+                abstained=None,
+                quality=WindowQuality(net_speech_s=float(sp)),
+                embedding=np.asarray(e, np.float32),
+            )
+        )
+    return out
+
+
+def _snorm(unit: float, threshold: float) -> float:
+    u = min(max(unit, 1e-12), 1 - 1e-12)
+    return threshold + math.log(u / (1 - u)) / SLOPE
+
+
+class _Run:
+    def __init__(self, cfg: WatchlistEvalConfig, cohort: Cohort, window_s: float, hop_s: float):
+        self.cfg, self.cohort = cfg, cohort
+        self.window_s, self.hop_s = window_s, hop_s
+        self.n = 0
+
+    def stage(self, index: WatchlistIndex) -> tuple[StaticSpeakerState, SpeakerBiometrics]:
+        state = StaticSpeakerState(self.cohort)
+        state.indexes[TENANT] = index
+        config = BiometricsConfig(self.cfg.min_net_speech_s, BiometricsMode.FULL)
+        return state, SpeakerBiometrics(state, config)
+
+    def known_fraudster(self, bio: SpeakerBiometrics, clip: Clip) -> tuple[float, str | None]:
+        """(max known_fraudster score over the call's windows, the entry matched then)."""
+        self.n += 1
+        cid = f"c{self.n}"
+        bio.open_call(cid, TENANT)
+        best, best_id = 0.0, None
+        for w in windows(cid, clip, self.window_s, self.hop_s):
+            for r in bio.process(w):
+                kf = r.dimension is Dimension.KNOWN_FRAUDSTER
+                if kf and r.score is not None and r.score > best:
+                    entry = r.reasons[0].removeprefix("watchlist entry ")
+                    best, best_id = r.score, entry.split(": s-norm")[0]
+        bio.end_call(cid)
+        return best, best_id
+
+
+def _clopper_pearson_upper(k: int, n: int, conf: float = 0.95) -> float:
+    if n == 0:
+        return 1.0
+    if k >= n:
+        return 1.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(conf, k + 1, n - k))
+
+
+def evaluate_watchlist(
+    model: Path,
+    manifest: Any,
+    cohort: Cohort,
+    speech_dir: Path,
+    cfg: WatchlistEvalConfig,
+    progress: Any = None,
+) -> dict[str, Any]:
+    from scipy.signal import resample_poly
+
+    from detectors.speaker.deriver import to_16k
+    from detectors.speaker.evaluate import load_audio
+
+    def say(msg: str) -> None:
+        if progress is not None:
+            progress(msg)
+
+    emb = Embedder(model, manifest)
+    rate = manifest.input.sample_rate
+    window_s, hop_s = emb.window / rate, emb.hop / rate
+
+    def audio(path: Path) -> FloatArray | None:
+        loaded = load_audio(path)
+        return None if loaded is None else to_16k(*loaded)
+
+    pool_files = {
+        s: f
+        for s, f in sorted(corpus(speech_dir, cfg.datasets).items())
+        if not in_cohort(s) and len(f) >= 2
+    }
+    pool = sorted(pool_files)[: cfg.max_speakers]
+    say(f"embedding {len(pool)} pool speakers (telephone path)")
+    first: dict[str, FloatArray] = {}
+    enrol: dict[str, Clip] = {}
+    hit_probe: dict[str, Clip] = {}
+    caller: dict[str, Clip] = {}
+    for s in pool:
+        a, b = (audio(p) for p in pool_files[s][:2])
+        if a is None or b is None:
+            continue
+        first[s] = a
+        enrol[s] = emb.clip(a, 16_000)
+        hit_probe[s] = emb.clip(b, 16_000)
+        caller[s] = emb.clip(np.concatenate([a, b]), 16_000)
+    pool = sorted(enrol)
+    speed: dict[str, list[tuple[str, FloatArray]]] = {}
+    for s in pool:
+        speed[s] = [
+            (
+                f"speed:{s}:{f}",
+                emb.clip(resample_poly(first[s], 100, round(100 * f)), 16_000).call_embedding(),
+            )
+            for f in SPEEDS
+        ]
+    rng = random.Random(cfg.seed)
+    need_mix = max(cfg.sizes) > len(pool) * (1 + len(SPEEDS)) * cfg.listed_share
+    mixes: list[tuple[str, str, FloatArray]] = []
+    if need_mix:
+        say(f"embedding {cfg.mixtures} two-speaker entries")
+        for _ in range(cfg.mixtures):
+            x, y = rng.sample(pool, 2)
+            clip = emb.clip(np.concatenate([first[x], first[y]]), 16_000)
+            mixes.append((x, y, clip.call_embedding()))
+    extra: list[tuple[str, Clip]] = []
+    for s, files in sorted(corpus(speech_dir, cfg.probe_datasets).items()):
+        if in_cohort(s):
+            continue
+        buf: list[FloatArray] = []
+        calls = 0
+        for p in files:
+            pcm = audio(p)
+            if pcm is None:
+                continue
+            buf.append(pcm)
+            if sum(b.size for b in buf) >= 6 * 16_000:
+                extra.append((s, emb.clip(np.concatenate(buf), 16_000)))
+                buf, calls = [], calls + 1
+                if calls >= 5:
+                    break
+        if buf and calls == 0:
+            extra.append((s, emb.clip(np.concatenate(buf), 16_000)))
+    say(f"{len(pool)} pool speakers, {len(extra)} calls of other corpora; scoring")
+
+    run = _Run(cfg, cohort, window_s, hop_s)
+    tallies = {n: _Tally() for n in cfg.sizes}
+    n_listed = max(1, round(cfg.listed_share * len(pool)))
+    for fold in range(cfg.folds):
+        order = pool[:]
+        random.Random(cfg.seed * 1000 + fold).shuffle(order)
+        for size in cfg.sizes:
+            t = tallies[size]
+            listed = order[: min(size, n_listed)]
+            unlisted = order[len(listed) :]
+            lset = set(listed)
+            ids = [f"real:{s}" for s in listed]
+            vecs = [enrol[s].call_embedding() for s in listed]
+            kinds = {"real": len(ids), "speed": 0, "mixture": 0}
+            for s in listed:
+                for sid, v in speed[s]:
+                    if len(ids) >= size:
+                        break
+                    ids.append(sid)
+                    vecs.append(v)
+                    kinds["speed"] += 1
+            for x, y, v in mixes:
+                if len(ids) >= size:
+                    break
+                if x in lset and y in lset:
+                    ids.append(f"mix:{x}+{y}")
+                    vecs.append(v)
+                    kinds["mixture"] += 1
+            t.entries = {k: max(t.entries.get(k, 0), c) for k, c in kinds.items()}
+            index = WatchlistIndex.build(TENANT, 1, ids, np.stack(vecs), cohort, cfg.target_rate)
+            t.threshold = index.threshold
+            _, bio = run.stage(index)
+            for s in listed:
+                score, matched = run.known_fraudster(bio, hit_probe[s])
+                t.targets += 1
+                t.target_scores.append(_snorm(score, index.threshold))
+                if score >= 0.5 and matched == f"real:{s}":
+                    t.hits += 1
+            probes = [(s, caller[s]) for s in unlisted] + extra
+            for s, clip in probes:
+                score, _ = run.known_fraudster(bio, clip)
+                t.impostor_calls += 1
+                t.speakers.add(s)
+                t.impostor_scores.append(_snorm(score, index.threshold))
+                if score >= 0.5:
+                    t.false_matches += 1
+    sizes_out = {str(n): _size_report(tallies[n], cfg.target_rate) for n in cfg.sizes}
+    return {
+        "model": manifest.key,
+        "speech_dir": str(speech_dir),
+        "pool_speakers": len(pool),
+        "other_corpus_calls": len(extra),
+        "cohort_utterances": int(cohort.embeddings.shape[0]),
+        "calibration": {
+            "mean": round(cohort.calibration.mean, 4),
+            "sd": round(cohort.calibration.sd, 4),
+            "trials": cohort.calibration.trials,
+        },
+        "target_rate": cfg.target_rate,
+        "min_net_speech_s": cfg.min_net_speech_s,
+        "folds": cfg.folds,
+        "sizes": sizes_out,
+        "voice_mismatch": _voice_mismatch(run, enrol, hit_probe, pool, cfg),
+        "handoff": _handoffs(run, cohort, enrol, caller, pool, cfg, tallies, mixes, speed),
+    }
+
+
+def _size_report(t: _Tally, target: float) -> dict[str, Any]:
+    imp = sorted(t.impostor_scores, reverse=True)
+    allowed = math.floor(target * len(imp))
+    needed = imp[allowed] if allowed < len(imp) else float("-inf")
+    hits_at_needed = sum(1 for s in t.target_scores if s > needed)
+    return {
+        "entries": t.entries,
+        "threshold_snorm": round(t.threshold, 3),
+        "impostor_calls": t.impostor_calls,
+        "impostor_speakers": len(t.speakers),
+        "false_matches": t.false_matches,
+        "false_match_rate": t.false_matches / max(t.impostor_calls, 1),
+        "false_match_upper95_by_speakers": _clopper_pearson_upper(
+            min(t.false_matches, len(t.speakers)), len(t.speakers)
+        ),
+        "target_calls": t.targets,
+        "hits": t.hits,
+        "hit_rate": t.hits / max(t.targets, 1),
+        "max_impostor_snorm": round(imp[0], 3) if imp else None,
+        "threshold_needed_on_this_data": round(needed, 3),
+        "hit_rate_at_needed": hits_at_needed / max(len(t.target_scores), 1),
+    }
+
+
+def _voice_mismatch(
+    run: _Run,
+    enrol: dict[str, Clip],
+    probe: dict[str, Clip],
+    pool: Sequence[str],
+    cfg: WatchlistEvalConfig,
+) -> dict[str, Any]:
+    """Claimed account enrolled from utterance 1; the caller is its owner (utterance 2)
+    or another pool speaker. Final-aggregate mismatch score vs the policy threshold."""
+    state, bio = run.stage(WatchlistIndex.empty(TENANT, run.cohort.dim))
+    thr = Policy().for_dimension(Dimension.VOICE_MISMATCH).threshold
+    rng = random.Random(cfg.seed + 7)
+    genuine = impostor = false_alarms = caught = 0
+    for s in pool:
+        state.enrol(TENANT, s, enrol[s].call_embedding(), "eval")
+    for s in pool:
+        for other in (s, rng.choice([p for p in pool if p != s])):
+            run.n += 1
+            cid = f"v{run.n}"
+            bio.open_call(cid, TENANT)
+            bio.claim(cid, claimed_account=s, enrolled=state.enrolment(TENANT, s))
+            last = None
+            for w in windows(cid, probe[other], run.window_s, run.hop_s):
+                for r in bio.process(w):
+                    if r.detector == "enrolment" and r.score is not None:
+                        last = r.score
+            bio.end_call(cid)
+            flagged = last is not None and last >= thr
+            if other == s:
+                genuine += 1
+                false_alarms += flagged
+            else:
+                impostor += 1
+                caught += flagged
+    return {
+        "policy_threshold": thr,
+        "verify_threshold_snorm": round(bio.verify_threshold, 3),
+        "genuine_calls": genuine,
+        "genuine_flagged_rate": false_alarms / max(genuine, 1),
+        "impostor_calls": impostor,
+        "impostor_flagged_rate": caught / max(impostor, 1),
+    }
+
+
+def _handoffs(
+    run: _Run,
+    cohort: Cohort,
+    enrol: dict[str, Clip],
+    caller: dict[str, Clip],
+    pool: Sequence[str],
+    cfg: WatchlistEvalConfig,
+    tallies: dict[int, _Tally],
+    mixes: list[tuple[str, str, FloatArray]],
+    speed: dict[str, list[tuple[str, FloatArray]]],
+) -> dict[str, Any]:
+    """Account owner A, then B on the same phone, against the largest watchlist built
+    from speakers other than A and B; highest band under the default policy."""
+    rng = random.Random(cfg.seed + 11)
+    size = max(cfg.sizes)
+    bands = {b.value: 0 for b in Band}
+    for i in range(min(cfg.handoffs, max(0, len(pool) // 2))):
+        a, b = rng.sample(list(pool), 2)
+        others = [s for s in pool if s not in (a, b)]
+        ids = [f"real:{s}" for s in others][:size]
+        vecs = [enrol[s].call_embedding() for s in others][:size]
+        for s in others:
+            for sid, v in speed[s]:
+                if len(ids) < size:
+                    ids.append(sid)
+                    vecs.append(v)
+        for x, y, v in mixes:
+            if len(ids) < size and a not in (x, y) and b not in (x, y):
+                ids.append(f"mix:{x}+{y}")
+                vecs.append(v)
+        index = WatchlistIndex.build(TENANT, 1, ids, np.stack(vecs), cohort, cfg.target_rate)
+        state, bio = run.stage(index)
+        state.enrol(TENANT, a, enrol[a].call_embedding(), "eval")
+        sink = _Collect()
+        fusion = Fusion(sink, Policy())
+        cid = f"h{i}"
+        bio.open_call(cid, TENANT)
+        fusion.open_call(cid)
+        bio.claim(cid, claimed_account=a, enrolled=state.enrolment(TENANT, a))
+        clip = Clip(
+            np.concatenate([caller[a].embeddings, caller[b].embeddings]),
+            np.concatenate([caller[a].speech_s, caller[b].speech_s]),
+        )
+        for w in windows(cid, clip, run.window_s, run.hop_s):
+            for r in bio.process(w):
+                fusion.on_result(r)
+        fusion.end_call(cid)
+        order = {Band.LOW: 0, Band.ELEVATED: 1, Band.HIGH: 2}
+        top = max((al.band for al in sink.alerts), key=order.__getitem__, default=Band.LOW)
+        bands[top.value] += 1
+    return {"watchlist_size": size, "calls": sum(bands.values()), "highest_band": bands}
+
+
+def format_text(r: dict[str, Any]) -> str:
+    lines = [
+        f"{r['model']}: known_fraudster on 8 kHz G.711 speech ({r['speech_dir']})",
+        f"  {r['pool_speakers']} pool speakers (not in the cohort), {r['other_corpus_calls']} "
+        f"calls of other corpora; {r['folds']} folds; min net speech {r['min_net_speech_s']} s; "
+        f"target per-call false-match {100 * r['target_rate']:.2f} %",
+        f"  cohort {r['cohort_utterances']} utterances; S-normed impostor mean "
+        f"{r['calibration']['mean']}, sd {r['calibration']['sd']}",
+        "  size  entries(real/speed/mix)  thr   false matches         upper95  hits        "
+        "thr needed  hits then",
+    ]
+    for n, s in r["sizes"].items():
+        e = s["entries"]
+        lines.append(
+            f"  {n:>5}  {e.get('real', 0):>4}/{e.get('speed', 0):>4}/{e.get('mixture', 0):>4}"
+            f"       {s['threshold_snorm']:5.2f} {s['false_matches']:>4}/{s['impostor_calls']:<6}"
+            f"({100 * s['false_match_rate']:.2f} %)  "
+            f"{100 * s['false_match_upper95_by_speakers']:5.1f} %"
+            f"  {s['hits']:>4}/{s['target_calls']:<5} ({100 * s['hit_rate']:.1f} %)"
+            f"  {s['threshold_needed_on_this_data']:6.2f}  {100 * s['hit_rate_at_needed']:.1f} %"
+        )
+    v = r["voice_mismatch"]
+    lines.append(
+        f"  voice_mismatch (claimed account, final aggregate >= {v['policy_threshold']}): genuine "
+        f"flagged {100 * v['genuine_flagged_rate']:.1f} % of {v['genuine_calls']}, impostor "
+        f"flagged {100 * v['impostor_flagged_rate']:.1f} % of {v['impostor_calls']}"
+    )
+    h = r["handoff"]
+    lines.append(
+        f"  handoff (owner then another speaker, {h['watchlist_size']}-entry watchlist): "
+        f"highest band {h['highest_band']} over {h['calls']} calls"
+    )
+    return "\n".join(lines)
