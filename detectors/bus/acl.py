@@ -13,7 +13,9 @@ read the alert stream through its consumer group without being able to ``XADD`` 
              fingerprints and ANI counters (planned shared detector state)
   dashboard  reads alerts, scores, call events, call state and system events; owns
              ``dash:*`` (users, sessions, triage, labels, audit), the watchlists and
-             enrolments, and writes mid-call updates; cannot write what the bridge owns
+             enrolments, and writes mid-call updates; manages webhook endpoints and
+             replays dead letters (``wh:*`` but the attempt log, which it only reads);
+             cannot write what the bridge owns
   webhooks   owns ``wh:*``; on the alert and system-event streams only its consumer
              group's commands
   retention  ``callshield redis trim``: trims the alert stream, nothing else
@@ -91,6 +93,16 @@ def components(prefix: str) -> dict[str, Component]:
     shared_ro = (k.watchlist("*"), k.enrolment("*", "*"), k.call_updates)
     shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
     webhooks = f"{k.prefix}wh:*"
+    # what the dashboard's webhook pages change (detectors.bus.webhooks.admin): endpoints,
+    # and for a replay the delivery, its call's queue, the due, dead and parked sets
+    wh_manage = (
+        k.wh_endpoints,
+        k.wh_delivery("*", "*"),
+        k.wh_queue("*", "*"),
+        k.wh_due,
+        k.wh_dead,
+        k.wh_parked,
+    )
     found = [
         Component(
             "bridge",
@@ -125,10 +137,11 @@ def components(prefix: str) -> dict[str, Component]:
             "dashboard",
             "web process: reads the bus, owns analysts' state and watchlists",
             Grant(
-                keys=_rw(dash, *shared_ro) + _ro(*bus_state),
+                keys=_rw(dash, *shared_ro, *wh_manage) + _ro(*bus_state, k.wh_log),
                 commands=(
                     *_CONNECT,
                     *_TRANSACTIONS,
+                    *_SCRIPTS,  # the webhook replay script (DeliveryQueue.replay)
                     "info",
                     "get",
                     "set",
@@ -150,6 +163,14 @@ def components(prefix: str) -> dict[str, Component]:
                     "xread",
                     "xinfo|stream",
                     "xinfo|groups",
+                    # webhook endpoints, their health, enable (resumes parked queues) and
+                    # the replay script's own commands
+                    "zadd",
+                    "zrem",
+                    "smembers",
+                    "srem",
+                    "exists",
+                    "hincrby",
                 ),
             ),
         ),

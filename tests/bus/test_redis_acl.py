@@ -9,6 +9,7 @@ import inspect
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -24,6 +25,7 @@ from dashboard.app import create_app
 from dashboard.auth import Role
 from dashboard.keys import DashKeys
 from dashboard.settings import DashboardSettings
+from detectors.alert_schema import event_id
 from detectors.bus.acl import components, glob_escape
 from detectors.bus.biometrics_store import read_entries, read_updates
 from detectors.bus.connect import sync_client
@@ -32,6 +34,7 @@ from detectors.bus.publisher import AlertPublisher
 from detectors.bus.redis_server import RedisServer, free_port
 from detectors.bus.retention import trim_alerts
 from detectors.bus.settings import BusSettings
+from detectors.bus.webhooks.admin import WebhookAdmin
 from detectors.bus.webhooks.dispatcher import Dispatcher
 from detectors.bus.webhooks.store import EndpointStore
 from sip_bridge.cli import main
@@ -147,7 +150,6 @@ def test_each_component_works_under_its_user_and_nothing_more(
     _denied(dashboard.xadd, keys.scores, {"kind": "score", "json": "{}"})
     _denied(dashboard.xadd, keys.events, {"kind": "call_event", "json": "{}"})
     _denied(dashboard.hset, keys.call("call-1"), "state", "ended")
-    _denied(dashboard.hset, keys.wh_endpoints, "ep_x", "{}")
     dashboard.hset(keys.watchlist("t1"), "subject", "x")  # the dashboard owns watchlists
     dashboard.incr(keys.watchlist_version("t1"))
     dashboard.xadd(keys.call_updates, {"json": "{}"})  # and writes mid-call updates
@@ -196,6 +198,35 @@ def test_each_component_works_under_its_user_and_nothing_more(
     _denied(webhooks.hset, keys.watchlist("t1"), "subject", "x")
     _denied(webhooks.hgetall, dash.users)
     _denied(webhooks.xrange, keys.alerts)  # only through its consumer group
+
+    # --- the dashboard's webhook pages: the real admin code under the dashboard's user ----
+    (endpoint,) = store.all()
+    delivered = event_id(alert)
+    client.sadd(keys.wh_parked, f"{endpoint.id}|parked-call")  # as the dispatcher parks
+
+    async def manage() -> tuple[Any, ...]:
+        url = dash_bus.redis_url.get_secret_value()  # type: ignore[union-attr]
+        r = redis.asyncio.Redis.from_url(url)
+        admin = WebhookAdmin(r, keys, fernet, allow_private_targets=True)
+        try:
+            health = await admin.health()
+            added, _ = await admin.add(receiver.url, ("call.alert.*",), allow_private=True)
+            assert await admin.set_enabled(endpoint.id, False, "maintenance") is not None
+            assert await admin.set_enabled(endpoint.id, True, "") is not None
+            replayed = await admin.replay(endpoint.id, delivered)  # delivered: sent again
+            dead = await admin.dead_letters()
+            assert await admin.delete(added.id)
+            return health, replayed, dead
+        finally:
+            await r.aclose()
+
+    health, replayed, dead = asyncio.run(manage())
+    assert health[endpoint.id].recent_ok == 1 and health[endpoint.id].parked == 1
+    assert replayed == 1 and dead == []
+    assert client.zscore(keys.wh_due, f"{endpoint.id}|parked-call") is not None  # resumed
+    assert client.hget(keys.wh_delivery(endpoint.id, delivered), "replays") == b"1"
+    _denied(dashboard.xadd, keys.wh_log, {"x": "1"})  # the attempt log: read only
+    _denied(dashboard.xgroup_create, keys.alerts, "mine", "0")
 
     # --- retention: trims the alert stream, nothing else -----------------------------------
     retention = _as(redis_server, acl, "retention")

@@ -34,6 +34,50 @@ class Endpoint(BaseModel):
         return [secrets.decrypt(key, t) for t in tokens]
 
 
+def check_event_types(event_types: tuple[str, ...]) -> None:
+    unknown = [p for p in event_types if not any(p == t or "*" in p for t in (*EVENT_TYPES, "*"))]
+    if unknown:
+        raise ValueError(f"unknown event types {unknown}; known: {list(EVENT_TYPES)}")
+
+
+def new_endpoint(
+    key: Fernet,
+    url: str,
+    event_types: tuple[str, ...] = (),
+    allow_private: bool = False,
+    allow_private_targets: bool = False,
+) -> tuple[Endpoint, str]:
+    """A checked new endpoint record and its secret (the CLI's and the dashboard's add):
+    SSRF-checked URL (resolves the host), known event types, private targets only where
+    the deployment allows them."""
+    if allow_private and not allow_private_targets:
+        raise BlockedTarget(
+            "private webhook targets are disabled (CALLSHIELD_WEBHOOK_ALLOW_PRIVATE_TARGETS)"
+        )
+    check_url(url, allow_private)
+    check_event_types(event_types)
+    secret = secrets.new_secret()
+    endpoint = Endpoint(
+        id="ep_" + pysecrets.token_hex(8),
+        url=url,
+        event_types=event_types,
+        allow_private=allow_private,
+        secrets=(secrets.encrypt(key, secret),),
+        created_at=time.time(),
+    )
+    return endpoint, secret
+
+
+def rotated(key: Fernet, endpoint: Endpoint, overlap_s: float) -> tuple[Endpoint, str]:
+    """``endpoint`` with a new secret first; the previous one signs for ``overlap_s``."""
+    secret = secrets.new_secret()
+    update = {
+        "secrets": (secrets.encrypt(key, secret), endpoint.secrets[0]),
+        "previous_until": time.time() + overlap_s,
+    }
+    return endpoint.model_copy(update=update), secret
+
+
 class EndpointStore:
     def __init__(
         self, client: redis.Redis, keys: Keys, key: Fernet, allow_private_targets: bool
@@ -47,24 +91,8 @@ class EndpointStore:
         self, url: str, event_types: tuple[str, ...] = (), allow_private: bool = False
     ) -> tuple[Endpoint, str]:
         """Create an endpoint; returns it and its secret (shown once, stored encrypted)."""
-        if allow_private and not self._allow_private_targets:
-            raise BlockedTarget(
-                "private webhook targets are disabled (CALLSHIELD_WEBHOOK_ALLOW_PRIVATE_TARGETS)"
-            )
-        check_url(url, allow_private)
-        unknown = [
-            p for p in event_types if not any(p == t or "*" in p for t in (*EVENT_TYPES, "*"))
-        ]
-        if unknown:
-            raise ValueError(f"unknown event types {unknown}; known: {list(EVENT_TYPES)}")
-        secret = secrets.new_secret()
-        endpoint = Endpoint(
-            id="ep_" + pysecrets.token_hex(8),
-            url=url,
-            event_types=event_types,
-            allow_private=allow_private,
-            secrets=(secrets.encrypt(self._key, secret),),
-            created_at=time.time(),
+        endpoint, secret = new_endpoint(
+            self._key, url, event_types, allow_private, self._allow_private_targets
         )
         self._save(endpoint)
         return endpoint, secret
@@ -79,16 +107,8 @@ class EndpointStore:
 
     def rotate(self, endpoint_id: str, overlap_s: float = 24 * 3600.0) -> str:
         """A new secret; the previous one keeps signing for ``overlap_s``."""
-        endpoint = self._require(endpoint_id)
-        secret = secrets.new_secret()
-        self._save(
-            endpoint.model_copy(
-                update={
-                    "secrets": (secrets.encrypt(self._key, secret), endpoint.secrets[0]),
-                    "previous_until": time.time() + overlap_s,
-                }
-            )
-        )
+        endpoint, secret = rotated(self._key, self._require(endpoint_id), overlap_s)
+        self._save(endpoint)
         return secret
 
     def set_enabled(self, endpoint_id: str, enabled: bool, reason: str = "") -> Endpoint:
