@@ -44,7 +44,7 @@ class DashKeys:
 
     @property
     def labels(self) -> str:
-        return f"{self._p}labels"
+        return self.bus.analyst_labels  # dash:labels; calibration reads it too
 
     @property
     def audit(self) -> str:

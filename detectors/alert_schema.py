@@ -82,6 +82,9 @@ class WindowQuality(_Wire):
     concealed_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     late_packets: int = 0
     jitter_ms: float = 0.0
+    # received audio above the speech gate: the policy's minimum net speech is checked
+    # against it, and calibration replays the policy over stored scores with it
+    net_speech_s: Seconds = 0.0
 
 
 class Alert(_Wire):

@@ -11,7 +11,15 @@ lower ``release`` threshold; a later episode is a new alert, up to the per-call 
 Scoring never stops: a voice that turns synthetic after the first minute opens an
 episode then. Every window, scored or abstained, also goes out as a ``ScoreUpdate``.
 
-Not thread-safe: ``Fusion`` is called under the runtime's lock.
+The rules come from the alert policy (``detectors.bus.policy``), resolved once per call
+for its scope (tenant, queue, DNIS) and again when the policy changes: ``set_policy``
+is a reference swap (copy-on-write) that any thread may do without the runtime's lock;
+each window reads the policy once, so it is scored under one version, which its alert
+names (``policy_version`` and the ``thresholds`` used). Windows of early media (before
+``mark_early_media``'s offset) are scored and published but never count towards an
+alert, whatever the policy says.
+
+Not thread-safe otherwise: ``Fusion`` is called under the runtime's lock.
 """
 
 from __future__ import annotations
@@ -21,8 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from detectors.alert_schema import (
     Alert,
@@ -34,6 +40,7 @@ from detectors.alert_schema import (
     alert_id_for,
 )
 from detectors.alert_schema import WindowQuality as WireQuality
+from detectors.bus.policy import DimensionPolicy, Policy, Scope
 from detectors.contract import WindowResult
 
 _BAND_ORDER = {Band.LOW: 0, Band.ELEVATED: 1, Band.HIGH: 2}
@@ -45,46 +52,6 @@ class AlertPublisher(Protocol):
     def publish_alert(self, alert: Alert) -> None: ...
 
     def publish_score(self, update: ScoreUpdate) -> None: ...
-
-
-class DimensionPolicy(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    high_threshold: float = Field(default=0.8, ge=0.0, le=1.0)
-    release: float | None = Field(default=None, ge=0.0, le=1.0)  # default threshold - 0.1
-    n: int = Field(default=2, ge=1)
-    m: int = Field(default=3, ge=1)
-    min_net_speech_s: float = Field(default=0.0, ge=0.0)
-    max_alerts_per_call: int = Field(default=3, ge=0)
-    max_band: Band = Band.HIGH
-    revise_step: float = Field(default=0.05, gt=0.0)
-    alerting: bool = True
-
-    @property
-    def release_threshold(self) -> float:
-        return self.release if self.release is not None else max(0.0, self.threshold - 0.1)
-
-
-class Policy(BaseModel):
-    """Thresholds and alerting rules; manifest thresholds are only defaults."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    version: str = "default-1"
-    default: DimensionPolicy = DimensionPolicy()
-    dimensions: dict[Dimension, DimensionPolicy] = Field(
-        default_factory=lambda: {
-            Dimension.VOICE_MISMATCH: DimensionPolicy(threshold=0.9, max_band=Band.ELEVATED),
-            # each window's score is already the whole call's aggregate (speaker
-            # biometrics): one window over the threshold is the call-level decision
-            Dimension.KNOWN_FRAUDSTER: DimensionPolicy(n=1, m=1),
-            Dimension.SPEECH_ACTIVITY: DimensionPolicy(alerting=False),
-        }
-    )
-
-    def for_dimension(self, dimension: Dimension) -> DimensionPolicy:
-        return self.dimensions.get(dimension, self.default)
 
 
 @dataclass(slots=True)
@@ -110,9 +77,18 @@ class _DimState:
 class _Call:
     call_id: str
     call_key: str  # correlation id where known: one alert across duplicate recordings
+    scope: Scope = field(default_factory=Scope)
     dims: dict[Dimension, _DimState] = field(default_factory=dict)
     model_versions: dict[str, str] = field(default_factory=dict)
     provider: str = ""
+    rules: dict[Dimension, DimensionPolicy] = field(default_factory=dict)
+    rules_of: Policy | None = None  # the policy ``rules`` were resolved from
+    early_until_s: float = 0.0  # windows ending by then are early media
+
+    def rules_for(self, policy: Policy) -> dict[Dimension, DimensionPolicy]:
+        if self.rules_of is not policy:
+            self.rules, self.rules_of = policy.resolve(self.scope), policy
+        return self.rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +113,26 @@ class Fusion:
         self._calls: dict[str, _Call] = {}
 
     def set_policy(self, policy: Policy) -> None:
-        """Hot reload: open episodes keep their ids; new windows use the new rules."""
+        """Hot reload (any thread): open episodes keep their ids; the next window of
+        every call uses the new rules."""
         self.policy = policy
 
-    def open_call(self, call_id: str, correlation_id: str | None = None) -> None:
-        self._calls.setdefault(call_id, _Call(call_id, correlation_id or call_id))
+    def open_call(
+        self, call_id: str, correlation_id: str | None = None, scope: Scope | None = None
+    ) -> None:
+        self._calls.setdefault(call_id, _Call(call_id, correlation_id or call_id, scope or Scope()))
+
+    def set_scope(self, call_id: str, scope: Scope) -> None:
+        """The call's tenant, queue or DNIS became known or changed."""
+        call = self._calls.get(call_id)
+        if call is not None and call.scope != scope:
+            call.scope, call.rules_of = scope, None
+
+    def mark_early_media(self, call_id: str, until_s: float) -> None:
+        """Audio up to ``until_s`` (seconds from the call's start) was early media."""
+        call = self._calls.get(call_id)
+        if call is not None:
+            call.early_until_s = max(call.early_until_s, until_s)
 
     def on_result(self, result: WindowResult) -> None:
         call = self._calls.get(result.key.call_id)
@@ -150,9 +141,9 @@ class Fusion:
         call.model_versions[result.detector] = result.model_version
         call.provider = call.provider or result.provider
         self.publisher.publish_score(_score_update(result))
-        if result.score is None:
+        if result.score is None or result.key.end_s <= call.early_until_s:
             return
-        pol = self.policy.for_dimension(result.dimension)
+        pol = call.rules_for(self.policy)[result.dimension]
         if result.quality.net_speech_s < pol.min_net_speech_s:
             return
         st = call.dims.get(result.dimension)
@@ -221,10 +212,11 @@ class Fusion:
             call_state=state,
             created_at=ep.created_at,
             updated_at=self._now(),
-            policy_version=self.policy.version,
+            tenant=call.scope.tenant,
+            policy_version=call.rules_of.version if call.rules_of else self.policy.version,
             model_versions=dict(call.model_versions),
             provider=call.provider or "unknown",
-            thresholds={"threshold": pol.threshold, "high": pol.high_threshold},
+            thresholds=pol.used(),
         )
         self.publisher.publish_alert(alert)
         if self._on_alert is not None:
@@ -235,10 +227,11 @@ class Fusion:
         call = self._calls.pop(call_id, None)
         if call is None:
             return
+        rules = call.rules_for(self.policy)
         for dim, st in call.dims.items():
             if st.open is not None:
                 st.open.revision += 1
-                pol = self.policy.for_dimension(dim)
+                pol = rules[dim]
                 self._publish(call, dim, st.open, pol, None, CallState.ENDED)
 
     def risk(self, call_id: str) -> CallRisk:
@@ -247,8 +240,9 @@ class Fusion:
         best = CallRisk(Band.LOW, 0.0, ())
         if call is None:
             return best
+        rules = call.rules_for(self.policy)
         for dim, st in call.dims.items():
-            pol = self.policy.for_dimension(dim)
+            pol = rules[dim]
             if not pol.alerting or not st.recent:
                 continue
             score = sum(w[2] for w in st.recent) / len(st.recent)
@@ -296,7 +290,11 @@ def _score_update(r: WindowResult) -> ScoreUpdate:
             concealed_ratio=min(1.0, q.concealed_ratio),
             late_packets=q.late_packets,
             jitter_ms=q.jitter_ms,
+            net_speech_s=max(0.0, q.net_speech_s),
         ),
         model_version=r.model_version,
         provider=r.provider,
     )
+
+
+__all__ = ["AlertPublisher", "CallRisk", "DimensionPolicy", "Fusion", "Policy", "Scope"]

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from detectors.admission import Admission, AdmissionConfig, Decision
 from detectors.alert_schema import LegRole
+from detectors.bus.policy import Scope
 from detectors.contract import Detector, WindowResult
 from detectors.fusion import AlertPublisher, Fusion, Policy
 from detectors.metrics import DetectorMetrics
@@ -117,14 +118,21 @@ class DetectorRuntime:
     # ---- calls and legs -------------------------------------------------------------
 
     def open_call(
-        self, call_id: str, correlation_id: str | None = None, tenant: str = "default"
+        self,
+        call_id: str,
+        correlation_id: str | None = None,
+        tenant: str = "default",
+        scope: Scope | None = None,
     ) -> Decision:
+        """``scope``: the call's tenant, queue and DNIS for the alert policy (default:
+        ``tenant`` alone)."""
         decision = self.admission.admit(call_id)
         if decision.analysed:
+            scope = scope or Scope(tenant)
             if self.stage is not None:
-                self.stage.open_call(call_id, tenant)
+                self.stage.open_call(call_id, scope.tenant)
             with self._lock:
-                self.fusion.open_call(call_id, correlation_id)
+                self.fusion.open_call(call_id, correlation_id, scope)
                 self._streams.setdefault(call_id, [])
         return decision
 
@@ -136,6 +144,18 @@ class DetectorRuntime:
             return
         self.bank.add_leg(stream_id, LegInfo(call_id, leg_id, role, codec))
         self._streams[call_id].append(stream_id)
+
+    @property
+    def policy(self) -> Policy:
+        return self.fusion.policy
+
+    def set_policy(self, policy: Policy) -> None:
+        """Hot reload from any thread: a reference swap, no lock (see ``Fusion``)."""
+        self.fusion.set_policy(policy)
+
+    def set_scope(self, call_id: str, scope: Scope) -> None:
+        with self._lock:
+            self.fusion.set_scope(call_id, scope)
 
     def end_call(self, call_id: str) -> None:
         for sid in self._streams.pop(call_id, []):

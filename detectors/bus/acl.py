@@ -9,13 +9,14 @@ A command a user may run touches only the keys its rules allow; a *selector*
 read the alert stream through its consumer group without being able to ``XADD`` to it.
 
   bridge     writes alerts (Lua dedupe + XADD), scores, call events, call state and
-             system events; reads watchlists, enrolments and mid-call updates; owns
-             fingerprints and ANI counters (planned shared detector state)
+             system events; reads watchlists, enrolments, mid-call updates and the
+             alert policy; owns fingerprints and ANI counters (planned shared
+             detector state)
   dashboard  reads alerts, scores, call events, call state and system events; owns
-             ``dash:*`` (users, sessions, triage, labels, audit), the watchlists and
-             enrolments, and writes mid-call updates; manages webhook endpoints and
-             replays dead letters (``wh:*`` but the attempt log, which it only reads);
-             cannot write what the bridge owns
+             ``dash:*`` (users, sessions, triage, labels, audit), the watchlists,
+             enrolments and the alert policy, and writes mid-call updates; manages
+             webhook endpoints and replays dead letters (``wh:*`` but the attempt
+             log, which it only reads); cannot write what the bridge owns
   webhooks   owns ``wh:*``; on the alert and system-event streams only its consumer
              group's commands
   retention  ``callshield redis trim``: trims the alert stream, nothing else
@@ -91,6 +92,8 @@ def components(prefix: str) -> dict[str, Component]:
     # watchlists (with their version counters) and enrolments: the dashboard and
     # `callshield watchlist` write them, bridges only read; likewise mid-call updates
     shared_ro = (k.watchlist("*"), k.enrolment("*", "*"), k.call_updates)
+    # the alert policy: admins change it on the dashboard, bridges read it (hot reload)
+    policy = (k.policy, k.policy_version, k.policy_counter)
     shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
     webhooks = f"{k.prefix}wh:*"
     # what the dashboard's webhook pages change (detectors.bus.webhooks.admin): endpoints,
@@ -108,7 +111,7 @@ def components(prefix: str) -> dict[str, Component]:
             "bridge",
             "media process: publishes alerts, scores, call events and call state",
             Grant(
-                keys=_rw(*bus_state, *shared_rw) + _ro(*shared_ro),
+                keys=_rw(*bus_state, *shared_rw) + _ro(*shared_ro, *policy),
                 commands=(
                     *_CONNECT,
                     *_SCRIPTS,
@@ -137,7 +140,7 @@ def components(prefix: str) -> dict[str, Component]:
             "dashboard",
             "web process: reads the bus, owns analysts' state and watchlists",
             Grant(
-                keys=_rw(dash, *shared_ro, *wh_manage) + _ro(*bus_state, k.wh_log),
+                keys=_rw(dash, *shared_ro, *wh_manage, *policy) + _ro(*bus_state, k.wh_log),
                 commands=(
                     *_CONNECT,
                     *_TRANSACTIONS,
@@ -160,6 +163,7 @@ def components(prefix: str) -> dict[str, Component]:
                     "zcard",
                     "xadd",
                     "xrevrange",
+                    "xrange",  # scores and alerts of a span: the policy what-if
                     "xread",
                     "xinfo|stream",
                     "xinfo|groups",

@@ -22,6 +22,10 @@ reload on it), ``enrol:<tenant>:<subject>`` enrolment JSON (``detectors.bus.biom
 ``fp:<bucket>``, ``ani:<window>:<ani_hash>`` (ANIs only as keyed hashes, never raw).
 Commands to bridges: ``calls:updates`` stream of mid-call claims (``PATCH`` on a call),
 read by every bridge, applied by the one that owns the call.
+Alert policy (``detectors.bus.policy_store``): ``policy`` the current policy JSON,
+``policy:version`` its version (what bridges poll), ``policy:counter`` the counter
+versions are numbered by. Analysts' labels: ``dash:labels`` (the dashboard's namespace,
+read by ``callshield calibrate``).
 Webhooks: ``wh:*`` (``detectors.bus.webhooks.store``).
 """
 
@@ -90,6 +94,24 @@ class Keys:
 
     def ani_counter(self, window: str, ani_hash: str) -> str:
         return f"{self.prefix}ani:{window}:{ani_hash}"
+
+    # --- alert policy (detectors.bus.policy_store) -------------------------------------
+    @property
+    def policy(self) -> str:
+        return f"{self.prefix}policy"
+
+    @property
+    def policy_version(self) -> str:
+        return f"{self.prefix}policy:version"
+
+    @property
+    def policy_counter(self) -> str:
+        return f"{self.prefix}policy:counter"
+
+    @property
+    def analyst_labels(self) -> str:
+        """Hash alert id -> label JSON; written by the dashboard (``DashKeys.labels``)."""
+        return f"{self.prefix}dash:labels"
 
     # --- webhooks -------------------------------------------------------------------
     @property

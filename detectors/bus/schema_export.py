@@ -92,7 +92,9 @@ def examples() -> dict[str, BaseModel]:
             window_start_s=66.0,
             window_end_s=70.0,
             score=0.91,
-            quality=WindowQuality(concealed_ratio=0.02, late_packets=1, jitter_ms=6.5),
+            quality=WindowQuality(
+                concealed_ratio=0.02, late_packets=1, jitter_ms=6.5, net_speech_s=3.4
+            ),
             model_version="aasist-l@1.2.0",
             provider="CPUExecutionProvider",
         ),
