@@ -23,7 +23,17 @@ from dashboard.auth import ApiKeyStore, Clock, RateLimiter, SessionStore, UserSt
 from dashboard.deps import Context, LoginRequiredError
 from dashboard.keys import DashKeys
 from dashboard.live import LiveHub
-from dashboard.routes import admin, alerts, auth, calls, pages, system, watchlist
+from dashboard.routes import (
+    admin,
+    alerts,
+    auth,
+    calls,
+    manage_pages,
+    pages,
+    system,
+    watchlist,
+    webhooks,
+)
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
 from detectors.bus.biometrics_store import BiometricsStore
@@ -31,6 +41,8 @@ from detectors.bus.connect import async_client
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
 from detectors.bus.settings import BusSettings
+from detectors.bus.webhooks.admin import WebhookAdmin
+from detectors.bus.webhooks.secrets import load_key
 
 _HERE = Path(__file__).resolve().parent
 API_PREFIX = "/api/v1"
@@ -53,6 +65,10 @@ def create_app(
     bus = bus or BusSettings()
     secret = settings.load_session_key(bus.state_dir)  # fail at start, not at first login
     numbers = load_vault(bus)  # the bridge's numbers key: masked display, audited reveal
+    # the webhook secrets' key: only to create endpoints or rotate secrets; a configured
+    # key that does not load fails the start, none configured leaves those two off
+    configured = bus.webhook_key_file is not None or bus.webhook_key is not None
+    webhook_key = load_key(bus) if configured else None
     keys = Keys(bus.key_prefix)
     dash = DashKeys(keys)
 
@@ -77,6 +93,7 @@ def create_app(
             hub=hub,
             origins=settings.origins(),
             biometrics=BiometricsStore(client, keys),
+            webhooks=WebhookAdmin(client, keys, webhook_key, bus.webhook_allow_private_targets),
         )
         reader = asyncio.create_task(hub.run(), name="live-feed")
         try:
@@ -118,7 +135,8 @@ def create_app(
     app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
     app.include_router(system.health_router)
     app.include_router(pages.router)
-    routers = (auth, alerts, calls, admin, system, watchlist)
+    app.include_router(manage_pages.router)
+    routers = (auth, alerts, calls, admin, system, watchlist, webhooks)
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)
     return app

@@ -34,6 +34,7 @@ from dashboard.live import LiveHub
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
 from detectors.bus.biometrics_store import BiometricsStore
+from detectors.bus.webhooks.admin import WebhookAdmin
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "x-csrf-token"
@@ -56,6 +57,7 @@ class Context:
     hub: LiveHub
     origins: set[str]
     biometrics: BiometricsStore
+    webhooks: WebhookAdmin
 
     @property
     def cookie_name(self) -> str:

@@ -6,15 +6,19 @@
   const page = document.body.dataset.page;
   if (!csrf) return; // the login page
 
-  async function post(path, body) {
+  async function send(method, path, body) {
     const r = await fetch(path, {
-      method: "POST", credentials: "same-origin",
+      method: method, credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-CSRF-Token": csrf },
       body: JSON.stringify(body || {}),
     });
-    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.statusText);
+    if (!r.ok) {
+      const d = (await r.json().catch(() => ({}))).detail;
+      throw new Error(Array.isArray(d) ? d.map((x) => x.msg).join("; ") : d || r.statusText);
+    }
     return r.json();
   }
+  const post = (path, body) => send("POST", path, body);
   const text = (s) => (s == null || s === "" ? "—" : String(s).replace(/_/g, " "));
   function badge(band) {
     const span = document.createElement("span");
@@ -116,6 +120,82 @@
       reveal.remove();
     } catch (e) { alert(e.message); }
   });
+
+  // --- watchlist (analysts) ------------------------------------------------------------
+  const field = (form, name) => form.elements.namedItem(name);
+  const wlAdd = document.getElementById("watchlist-add");
+  if (wlAdd) wlAdd.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const status = document.getElementById("watchlist-status");
+    status.textContent = "";
+    try {
+      const file = field(wlAdd, "voiceprint").files[0];
+      let voiceprint;
+      try { voiceprint = JSON.parse(await file.text()); } catch (e) {
+        throw new Error("that file is not the JSON `callshield watchlist embed` prints");
+      }
+      await post("/api/v1/watchlist", {
+        tenant: wlAdd.dataset.tenant, label: field(wlAdd, "label").value,
+        legal_basis: field(wlAdd, "legal_basis").value, case_ref: field(wlAdd, "case_ref").value,
+        expires_in_days: Number(field(wlAdd, "expires_in_days").value), voiceprint: voiceprint,
+      });
+      location.reload();
+    } catch (e) { status.textContent = e.message; }
+  });
+  const wlTable = document.getElementById("watchlist");
+  if (wlTable) wlTable.addEventListener("click", async (ev) => {
+    const btn = ev.target.closest("button[data-remove]"); if (!btn) return;
+    try {
+      await send("DELETE", "/api/v1/watchlist/" + encodeURIComponent(btn.dataset.remove) +
+        "?tenant=" + encodeURIComponent(wlTable.dataset.tenant));
+      btn.closest("tr").remove();
+      document.getElementById("watchlist-count").textContent = wlTable.querySelectorAll("tr[data-entry-id]").length;
+    } catch (e) { alert(e.message); }
+  });
+
+  // --- webhooks (admins) ----------------------------------------------------------------
+  const secretBox = document.getElementById("new-secret");
+  function showSecret(endpointId, secret) {
+    secretBox.querySelector('[data-field="endpoint"]').textContent = endpointId;
+    secretBox.querySelector('[data-field="secret"]').textContent = secret;
+    secretBox.hidden = false;
+  }
+  if (secretBox) secretBox.querySelector('[data-act="done"]').addEventListener("click", () => location.reload());
+  const whAdd = document.getElementById("webhook-add");
+  if (whAdd) whAdd.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const status = document.getElementById("webhook-status");
+    status.textContent = "";
+    const types = [...whAdd.querySelectorAll('input[name="event_types"]:checked')].map((i) => i.value);
+    const priv = field(whAdd, "allow_private");
+    try {
+      const res = await post("/api/v1/webhooks", {
+        url: field(whAdd, "url").value, event_types: types, allow_private: priv ? priv.checked : false,
+      });
+      whAdd.reset();
+      showSecret(res.endpoint.id, res.secret);
+    } catch (e) { status.textContent = e.message; }
+  });
+  for (const id of ["endpoints", "dead"]) {
+    const table = document.getElementById(id);
+    if (!table) continue;
+    table.addEventListener("click", async (ev) => {
+      const btn = ev.target.closest("button[data-wh-act]"); if (!btn) return;
+      const row = btn.closest("tr"); const act = btn.dataset.whAct;
+      const base = "/api/v1/webhooks/" + encodeURIComponent(row.dataset.endpointId);
+      try {
+        if (act === "replay") {
+          await post(base + "/deliveries/" + encodeURIComponent(row.dataset.eventId) + "/replay");
+          const cell = row.querySelector('[data-field="replay"]'); cell.textContent = "queued";
+        } else if (act === "rotate") {
+          showSecret(row.dataset.endpointId, (await post(base + "/rotate", { overlap_hours: 24 })).secret);
+        } else if (act === "delete") {
+          if (!confirm("Delete this endpoint? Deliveries still queued for it are dead-lettered.")) return;
+          await send("DELETE", base); location.reload();
+        } else { await post(base + "/" + act); location.reload(); }
+      } catch (e) { alert(e.message); }
+    });
+  }
 
   // --- the live feed ------------------------------------------------------------------
   const badgeLive = document.getElementById("live");

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import redis
 from argon2 import PasswordHasher
-from dash_factory import NUMBERS_KEY
+from dash_factory import NUMBERS_KEY, WEBHOOK_KEY
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from dashboard.app import create_app
 from dashboard.auth import Role
@@ -149,6 +150,8 @@ def dash(r: redis.Redis, redis_server: RedisServer, tmp_path: Path) -> Iterator[
         state_dir=tmp_path / "state",
         key_prefix="cs-test:",
         numbers_key=f"literal:{NUMBERS_KEY}",
+        webhook_key=SecretStr(f"literal:{WEBHOOK_KEY}"),  # the dispatcher's secrets key
+        webhook_allow_private_targets=True,  # receivers on 127.0.0.1
     )
     app = create_app(make_settings(), bus, clock=clock, password_hasher=CHEAP_HASHER)
     with TestClient(app, base_url="https://testserver") as client:

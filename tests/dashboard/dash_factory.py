@@ -24,6 +24,7 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 KEYS = Keys("cs-test:")
 NUMBERS_KEY = "5a" * 32  # the tests' deployment numbers key (BusSettings.numbers_key)
 VAULT = NumberVault(bytes.fromhex(NUMBERS_KEY))
+WEBHOOK_KEY = "dGVzdHMtb25seS13ZWJob29rLWtleS0zMi1ieXRlcyE="  # Fernet: 32 bytes, base64
 ANI, DNIS = "+442071234567", "+14155550123"
 
 

@@ -39,6 +39,14 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("PUT", "/api/v1/enrolments/{subject}", {"consent_ref": "incomplete"}, "analyst"),
     ("GET", "/api/v1/enrolments/{subject}", None, "analyst"),
     ("DELETE", "/api/v1/enrolments/{subject}", None, "analyst"),
+    ("GET", "/api/v1/webhooks", None, "admin"),
+    ("POST", "/api/v1/webhooks", {"url": "http://127.0.0.1:9/h", "allow_private": True}, "admin"),
+    ("POST", "/api/v1/webhooks/{endpoint_id}/enable", {}, "admin"),
+    ("POST", "/api/v1/webhooks/{endpoint_id}/disable", {}, "admin"),
+    ("POST", "/api/v1/webhooks/{endpoint_id}/rotate", {}, "admin"),
+    ("DELETE", "/api/v1/webhooks/{endpoint_id}", None, "admin"),
+    ("GET", "/api/v1/webhooks/dead", None, "admin"),
+    ("POST", "/api/v1/webhooks/{endpoint_id}/deliveries/{event_id}/replay", {}, "admin"),
     ("GET", "/api/v1/users", None, "admin"),
     ("POST", "/api/v1/users", {"username": "new", "password": PASSWORD, "role": "viewer"}, "admin"),
     ("GET", "/api/v1/api-keys", None, "admin"),
@@ -56,6 +64,8 @@ PAGES: list[tuple[str, str]] = [
     ("/system", "viewer"),
     ("/api/v1/docs", "viewer"),
     ("/audit", "admin"),
+    ("/watchlist", "analyst"),
+    ("/webhooks", "admin"),
 ]
 RANK = {"viewer": 1, "analyst": 2, "admin": 3}
 # what may be reached with no login at all: health, and what it takes to log in
@@ -75,6 +85,8 @@ def _seed(dash: Dash) -> None:
 def _path(path: str) -> str:
     path = path.replace("{system}", "asterisk").replace("{external_id}", "1764504000.42")
     path = path.replace("{entry_id}", "wl_0123456789abcdef").replace("{subject}", "acct-1")
+    path = path.replace("{endpoint_id}", "ep_0123456789abcdef")
+    path = path.replace("{event_id}", f"{ALERT_ID}.r1")
     return path.replace("{alert}", ALERT_ID)
 
 
@@ -263,7 +275,8 @@ def test_pages_load_nothing_from_elsewhere(dash: Dash) -> None:
     """Air-gapped: every script, style and image is served from /static."""
     _seed(dash)
     dash.login("admin")
-    for path in ("/", "/alerts", "/calls/call-1", "/system", "/audit", "/api/v1/docs", "/login"):
+    pages = ("/", "/alerts", "/calls/call-1", "/system", "/audit", "/api/v1/docs", "/login")
+    for path in (*pages, "/watchlist", "/webhooks"):
         html = dash.client.get(path).text
         assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert "https://" not in html and "//cdn" not in html, path
