@@ -185,6 +185,31 @@ class CallNumbers(_Wire):
     ani_hash: str = ""
 
 
+class CallerIdentityInfo(_Wire):
+    """What the signalling says about who calls, for caller-id scoring, without any
+    number: the STIR/SHAKEN attestation and whether the bridge verified its PASSporT
+    (``absent``: no Identity header; ``unverified``: no trust store, unknown x5u or
+    compact form; ``failed``: bad signature, stale iat, untrusted chain, tn mismatch,
+    malformed), the originating id, redirections, and whether numbers *match* (None
+    when one side is missing). The numbers themselves travel only sealed."""
+
+    attestation: Literal["A", "B", "C"] | None = None
+    verification: Literal["absent", "verified", "failed", "unverified"] = "absent"
+    verification_reason: Annotated[str, Field(max_length=32)] = ""
+    origid: Annotated[str, Field(max_length=64)] | None = None
+    has_pai: bool = False
+    privacy: bool = False  # Privacy: id/user/header asked the number be withheld
+    pai_matches_from: bool | None = None
+    orig_tn_matches_caller: bool | None = None  # PASSporT orig.tn vs PAI (else From)
+    dest_tn_matches_called: bool | None = None  # PASSporT dest.tn vs To
+    diversion_count: int = Field(default=0, ge=0)
+    diversion_reasons: list[Annotated[str, Field(max_length=32)]] = Field(
+        default_factory=list, max_length=16
+    )
+    diversion_source: Literal["diversion", "history-info"] | None = None
+    original_called_matches_called: bool | None = None  # first dialled vs To
+
+
 class CallEvent(_Wire):
     schema_version: Literal["1.0"] = SCHEMA_VERSION
     kind: Literal["call_event"] = "call_event"
@@ -197,6 +222,7 @@ class CallEvent(_Wire):
     legs: dict[str, LegRole] = Field(default_factory=dict)
     coverage: CallCoverage | None = None  # on ``ended`` only
     numbers: CallNumbers | None = None  # on ``started`` and ``updated`` (bridge-sealed)
+    identity: CallerIdentityInfo | None = None  # SIP calls: on every event but ``ended``
 
 
 SystemEventType = Literal["system.coverage.degraded", "system.coverage.recovered"]
