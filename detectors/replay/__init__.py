@@ -1,0 +1,1 @@
+"""The replay dimension and the benign audio allowlist: audio fingerprints (DESIGN §2, §5)."""
