@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
 import time
@@ -48,12 +49,21 @@ class SipServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(
-            lambda: _Udp(self), local_addr=(self.host, self.port)
-        )
-        self._udp = transport
-        self.port = int(transport.get_extra_info("sockname")[1])
-        self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port)
+        ephemeral = self.port == 0
+        for attempt in range(20):
+            transport, _ = await loop.create_datagram_endpoint(
+                lambda: _Udp(self), local_addr=(self.host, 0 if ephemeral else self.port)
+            )
+            port = int(transport.get_extra_info("sockname")[1])
+            try:  # TCP on the same number: with an ephemeral UDP port it may be taken
+                self._tcp = await asyncio.start_server(self._serve_tcp, self.host, port)
+            except OSError as exc:
+                transport.close()
+                if not ephemeral or exc.errno != errno.EADDRINUSE or attempt == 19:
+                    raise
+                continue
+            self._udp, self.port = transport, port
+            break
         self._timer = asyncio.create_task(self._timers())
 
     async def close(self) -> None:
