@@ -33,6 +33,7 @@ from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
+from sip_bridge.sip.passport import TrustStore
 from sip_bridge.sip.transport import SipServer
 from sip_bridge.sip.uas import SipUas, UasConfig
 from sip_bridge.wiring import Wiring
@@ -83,6 +84,9 @@ class Bridge:
             max_dialogs_per_source=s.max_dialogs_per_source,
             reject_siprec_when_draining=s.reject_siprec_when_draining,
             rtp_timeout=s.rtp_timeout_s,
+            trust_store=(
+                TrustStore.load(s.stir_ca_dir, s.stir_cert_cache) if s.stir_ca_dir else None
+            ),
         )
         self.uas = SipUas(self.controller, config)
         self.server = SipServer(self.uas, host, port)

@@ -3,9 +3,16 @@
 :class:`CallController` is what signalling (the SIP UAS, later the control API) talks
 to. It is synchronous: it opens and changes legs on a :class:`MediaBackend` (the
 native ingest in production, a fake in unit tests), keeps each call's metadata (ANI,
-DNIS, SIPREC participants, codec per leg) and hands :class:`CallEvent` s (started,
-updated, held, resumed, ended with a reason) to a :class:`CallPublisher`. Redis
-publishing comes in issue 7; :class:`MemoryPublisher` keeps them in a list.
+DNIS, SIPREC participants, codec per leg, the caller identity inputs) and hands
+:class:`CallEvent` s (started, updated, held, resumed, ended with a reason; the
+number-free identity summary on all but ``ended``) to a :class:`CallPublisher`
+(:class:`MemoryPublisher` keeps them in a list).
+
+SIPREC metadata updates merge into the call's metadata (partial updates change what
+they name); a leg whose sending participant changes (a transfer, re-anchoring) keeps
+its id and is analysed under its new role, its RTP source lock re-armed with probation
+(``MediaBackend.update_leg``) so the new party's stream is learned and an injected one
+is not.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Literal, Protocol
 from detectors.alert_schema import CallEvent, LegRole
 from native.ingest import PayloadType
 from sip_bridge.media import CapacityError, PushedLeg
+from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.offer_answer import NegotiatedStream
 from sip_bridge.sip.siprec import RecordingMetadata, StreamRole
 
@@ -65,7 +73,8 @@ class Leg:
     local_port: int
     remote: tuple[str, int] | None
     paused: bool = False
-    participant: str = ""  # the sending participant's AOR (SIPREC)
+    participant: str = ""  # the sending participant's id (SIPREC metadata)
+    payload_types: tuple[PayloadType, ...] = ()  # what its media backend decodes
 
 
 @dataclass(slots=True)
@@ -82,6 +91,9 @@ class Call:
     unanalyzed: str = ""  # e.g. "capacity": answered, media not analysed
     state: str = "live"
     end_reason: str = ""
+    identity: CallerIdentity | None = None  # numbers inside: bridge memory only
+    metadata: RecordingMetadata | None = None  # SIPREC, every update merged in
+    caller_participant: str = ""  # SIPREC participant id of the external party
 
 
 class CallPublisher(Protocol):
@@ -125,6 +137,7 @@ class CallSetup:
     correlation_id: str | None = None
     external_ids: dict[str, str] = field(default_factory=dict)
     leg_roles: dict[int, LegRole] = field(default_factory=dict)  # the control API's, by index
+    identity: CallerIdentity | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +209,7 @@ class CallController:
             setup.correlation_id,
             dict(setup.external_ids),
             unanalyzed=unanalyzed,
+            identity=setup.identity,
         )
         if metadata is not None:
             self._apply_metadata(call, metadata)
@@ -338,6 +352,7 @@ class CallController:
         ports: dict[int, int] = {}
         for s in streams:
             leg = by_index.pop(s.index, None)
+            pts = _payload_types(s)
             if not s.accepted:
                 if leg is not None:
                     self.media.close_leg(leg.leg_id)
@@ -345,7 +360,6 @@ class CallController:
                 continue
             remote = (s.remote_host, s.remote_port) if s.remote_host else None
             source = (s.remote_host, 0) if s.remote_host else None
-            pts = _payload_types(s)
             if leg is None:
                 leg_id = f"{call.call_id}.{s.index}"
                 port = self.media.open_leg(leg_id, pts, source)
@@ -353,13 +367,15 @@ class CallController:
                     leg_id, s.index, s.label, LegRole.UNKNOWN, "m_line_guess", s.codec, port, remote
                 )
                 call.legs[leg_id] = leg
+                leg.payload_types = tuple(pts)
                 if not s.peer_sends:
                     self.media.set_paused(leg_id, True)
                     leg.paused = True
             else:
-                if remote != leg.remote or s.codec != leg.codec:
+                if remote != leg.remote or tuple(pts) != leg.payload_types:
                     self.media.update_leg(leg.leg_id, pts, source)
                 leg.remote, leg.codec, leg.label = remote, s.codec, s.label
+                leg.payload_types = tuple(pts)
                 if leg.paused == s.peer_sends:
                     self.media.set_paused(leg.leg_id, not s.peer_sends)
                     leg.paused = not s.peer_sends
@@ -370,29 +386,48 @@ class CallController:
         self._assign_roles(call, metadata)
         return ports
 
-    def _apply_metadata(self, call: Call, metadata: RecordingMetadata) -> None:
-        call.participants = [(p.aor, p.name) for p in metadata.participants]
-        if metadata.session_ids and call.correlation_id is None:
-            call.correlation_id = metadata.session_ids[0]
+    def _apply_metadata(self, call: Call, update: RecordingMetadata) -> None:
+        previous = call.metadata
+        merged = previous.merged(update) if previous is not None else update
+        call.caller_participant = merged.caller_id(call.caller_participant, previous)
+        call.metadata = merged
+        call.participants = [(p.aor, p.name) for p in merged.participants]
+        if merged.session_ids and call.correlation_id is None:
+            call.correlation_id = merged.session_ids[0]
 
-    def _assign_roles(self, call: Call, metadata: RecordingMetadata | None) -> None:
-        roles: dict[str, StreamRole] = metadata.roles() if metadata is not None else {}
+    def _assign_roles(self, call: Call, update: RecordingMetadata | None) -> None:
+        """Roles from the call's (merged) metadata; ``update``: this change brought
+        metadata (without, legs keep what earlier metadata said)."""
+        metadata = call.metadata if update is not None else None
+        roles: dict[str, StreamRole] = (
+            metadata.roles(call.caller_participant) if metadata is not None else {}
+        )
         for leg in call.legs.values():
             sr = roles.get(leg.label or "")
             if sr is not None and sr.role != "unknown":
+                sender = sr.participant.participant_id if sr.participant else ""
+                if leg.role_source == "siprec_metadata" and leg.participant != sender:
+                    self._rearm(leg)  # a new party on this stream: learn its source
                 leg.role, leg.role_source = LegRole(sr.role), "siprec_metadata"
-                leg.participant = sr.participant.aor if sr.participant else ""
+                leg.participant = sender
             elif metadata is None and leg.role_source == "siprec_metadata":
                 continue  # keep what earlier metadata said
             elif call.kind == "sip":
                 leg.role, leg.role_source = LegRole.MIXED, "m_line_guess"
         if call.kind == "siprec" and metadata is not None:
-            caller = metadata.caller()
+            caller = metadata.caller(call.caller_participant)
             others = [p for p in metadata.participants if p is not caller]
             if caller is not None:
                 call.ani = _user(caller.aor) or call.ani
             if others:
                 call.dnis = _user(others[0].aor) or call.dnis
+
+    def _rearm(self, leg: Leg) -> None:
+        """Same port, same codecs: relearn the source with probation (the old source
+        stays accepted until a new one passed it)."""
+        source = (leg.remote[0], 0) if leg.remote else None
+        self.media.update_leg(leg.leg_id, leg.payload_types, source)
+        log.info("leg %s: new sending participant, source lock re-armed", leg.leg_id)
 
     def _emit(self, call: Call, event: EventName, reason: str) -> None:
         snapshot = replace(call, legs={k: replace(v) for k, v in call.legs.items()})
@@ -404,6 +439,7 @@ class CallController:
             correlation_id=call.correlation_id,
             external_ids=_external_ids(call),
             legs={leg.leg_id: leg.role for leg in call.legs.values()},
+            identity=call.identity.info() if call.identity and event != "ended" else None,
         )
         try:
             self.publisher.publish(ev, snapshot)

@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     # token and/or basic auth "user:password"; with neither the endpoint refuses everyone
     audio_fork_token: SecretStr | None = None
     audio_fork_basic_auth: SecretStr | None = None
+    # STIR/SHAKEN (sip_bridge.sip.passport): trusted root CA certificates (a directory of
+    # PEM files) and the certificates x5u URLs point to, fetched ahead of time (a
+    # directory: index.json {url: file}, or files named sha256(url).pem). Without the
+    # roots, PASSporTs are read but reported unverified.
+    stir_ca_dir: Path | None = None
+    stir_cert_cache: Path | None = None
 
     @field_validator("sip_listen")
     @classmethod

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from sip_bridge.sip.body import RequestBody
 from sip_bridge.sip.fields import NameAddr, Via
+from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.message import Headers, SipParseError, SipRequest, SipResponse, parse_cseq
 from sip_bridge.sip.offer_answer import NegotiatedStream
 from sip_bridge.sip.sdp import SessionDescription
@@ -17,9 +18,9 @@ from sip_bridge.sip.siprec import RecordingMetadata
 from sip_bridge.sip.transaction import MAGIC_COOKIE, Outgoing, Peer, ServerTransaction, Timers
 
 SERVER = "CallShield"
-ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO"
+ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE, INFO, PRACK"
 ACCEPT = "application/sdp, multipart/mixed, application/rs-metadata+xml"
-SUPPORTED = "siprec, timer, replaces"
+SUPPORTED = "siprec, timer, replaces, 100rel"
 REASONS = {
     100: "Trying",
     180: "Ringing",
@@ -98,6 +99,29 @@ def make_response(
 
 
 @dataclass(slots=True)
+class ReliableProvisional:
+    """A reliable provisional response (RFC 3262): retransmitted from T1, doubling,
+    until its PRACK; given up (the INVITE gets a 5xx) after 64*T1."""
+
+    rseq: int
+    cseq: int
+    out: Outgoing
+    interval: float
+    retransmit_at: float
+    give_up_at: float
+
+    def rack_matches(self, rack: str) -> bool:
+        """``RAck: <rseq> <cseq> INVITE`` (RFC 3262 §7.2)."""
+        parts = rack.split()
+        return (
+            len(parts) == 3
+            and parts[0] == str(self.rseq)
+            and parts[1] == str(self.cseq)
+            and parts[2].upper() == "INVITE"
+        )
+
+
+@dataclass(slots=True)
 class Dialog:
     """One INVITE dialog, from our (the UAS's) side."""
 
@@ -124,6 +148,9 @@ class Dialog:
     answer_at: float | None = None  # a delayed answer (plain SIP, answer_delay)
     session_expires_at: float | None = None  # RFC 4028: hang up if no refresh by then
     unanalyzed: str = ""
+    identity: CallerIdentity | None = None
+    late_offer: str = ""  # "initial"/"reinvite": our 2xx has the offer, the ACK the answer
+    reliable: ReliableProvisional | None = None  # RFC 3262: a 1xx awaiting its PRACK
 
     @property
     def key(self) -> tuple[str, str, str]:

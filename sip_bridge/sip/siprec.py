@@ -10,15 +10,24 @@ prefixed ``ns:`` forms); ids come from ``participant_id``/``stream_id`` (RFC) or
 entities are refused (no entity expansion on untrusted input).
 
 Roles (DESIGN §2): the external party is the caller. A participant is the caller when
-a vendor extension says so (``callingParty`` true, Acme/Oracle), else the first
-participant in document order. A stream takes the role of the participant that sends
-it; a stream nobody sends (or a ``mixed`` one) is ``mixed`` or ``unknown``.
+a vendor extension says so (``callingParty`` true, Acme/Oracle), else the one that was
+the caller before (transfers keep the outside party), else the first participant in
+document order. A stream takes the role of the participant that sends it; a stream
+nobody sends (or a ``mixed`` one) is ``mixed`` or ``unknown``.
+
+Updates (re-INVITE/UPDATE, issue 12): ``datamode`` complete replaces everything, partial
+(RFC 7865 §6) changes only what it names: participants by id, a participant's stream
+associations (its send/recv lists are replaced, and a stream it now sends is no longer
+sent by participants the update does not name), streams by id, and participants whose
+``participantsessionassoc`` carries a ``disassociate-time`` leave. When the caller
+leaves or stops sending, whoever now sends what the caller sent is the external party
+(the outside leg of a transfer keeps its role).
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 MAX_METADATA_BYTES: Final = 65_536
@@ -77,6 +86,8 @@ class RecordingMetadata:
     session_ids: list[str] = field(default_factory=list)
     participants: list[Participant] = field(default_factory=list)
     streams: list[Stream] = field(default_factory=list)
+    associated: set[str] = field(default_factory=set)  # ids whose send/recv it states
+    departed: set[str] = field(default_factory=set)  # ids disassociated from the session
 
     @classmethod
     def parse(cls, data: bytes) -> RecordingMetadata:
@@ -110,16 +121,79 @@ class RecordingMetadata:
                     _text(s, "mode").lower(),
                 )
             )
+        for part in meta.participants:
+            if part.send or part.recv:
+                meta.associated.add(part.participant_id)
         for assoc in _children(root, "participantstreamassoc"):
-            target = by_id.get(_attr_id(assoc, "participant_id", "id"))
+            pid = _attr_id(assoc, "participant_id", "id")
+            target = by_id.get(pid)
+            if target is None and pid and meta.datamode == "partial":
+                target = by_id[pid] = Participant(pid)  # named only by its association
+                meta.participants.append(target)
             if target is not None:
                 target.send += [(c.text or "").strip() for c in _children(assoc, "send")]
                 target.recv += [(c.text or "").strip() for c in _children(assoc, "recv")]
+                meta.associated.add(pid)
+        for assoc in _children(root, "participantsessionassoc"):
+            if _children(assoc, "disassociate-time"):
+                meta.departed.add(_attr_id(assoc, "participant_id", "id"))
         return meta
 
-    def roles(self) -> dict[str, StreamRole]:
+    def merged(self, update: RecordingMetadata) -> RecordingMetadata:
+        """This metadata after ``update`` (see the module doc); self is unchanged."""
+        if update.datamode.lower() != "partial":
+            return update
+        out = RecordingMetadata(
+            self.datamode,
+            list(self.session_ids),
+            [replace(p, send=list(p.send), recv=list(p.recv)) for p in self.participants],
+            list(self.streams),
+        )
+        by_id = {p.participant_id: p for p in out.participants}
+        for new in update.participants:
+            old = by_id.get(new.participant_id)
+            if old is None:
+                old = by_id[new.participant_id] = replace(new, send=[], recv=[])
+                out.participants.append(old)
+            old.aor = new.aor or old.aor
+            old.name = new.name or old.name
+            old.calling = new.calling if new.calling is not None else old.calling
+            if new.participant_id in update.associated:
+                old.send, old.recv = list(new.send), list(new.recv)
+        now_sent = {sid for p in update.participants for sid in p.send}
+        for p in out.participants:
+            if p.participant_id not in update.associated:
+                p.send = [sid for sid in p.send if sid not in now_sent]
+        out.participants = [p for p in out.participants if p.participant_id not in update.departed]
+        streams = {s.stream_id: s for s in out.streams}
+        for s in update.streams:
+            streams[s.stream_id] = s
+        out.streams = list(streams.values())
+        out.session_ids += [sid for sid in update.session_ids if sid not in out.session_ids]
+        return out
+
+    def caller_id(self, was: str = "", previous: RecordingMetadata | None = None) -> str:
+        """The participant id of the external party after an update: the one marked
+        calling; else ``was`` while it is still here and sends; else whoever now sends
+        the streams ``was`` sent in ``previous``; else the first participant."""
+        for p in self.participants:
+            if p.calling:
+                return p.participant_id
+        by_id = {p.participant_id: p for p in self.participants}
+        if was in by_id and by_id[was].send:
+            return was
+        if was and previous is not None:
+            sent = {sid for p in previous.participants if p.participant_id == was for sid in p.send}
+            heirs = [p for p in self.participants if sent & set(p.send)]
+            if len(heirs) == 1:
+                return heirs[0].participant_id
+        if was in by_id:
+            return was
+        return self.participants[0].participant_id if self.participants else ""
+
+    def roles(self, caller_id: str = "") -> dict[str, StreamRole]:
         """SDP label -> the role of the leg that stream carries."""
-        caller = self.caller()
+        caller = self.caller(caller_id)
         out: dict[str, StreamRole] = {}
         for s in self.streams:
             if not s.label:
@@ -135,9 +209,12 @@ class RecordingMetadata:
                 out[s.label] = StreamRole(s.label, role, sender)
         return out
 
-    def caller(self) -> Participant | None:
+    def caller(self, caller_id: str = "") -> Participant | None:
         for p in self.participants:
             if p.calling:
+                return p
+        for p in self.participants:
+            if caller_id and p.participant_id == caller_id:
                 return p
         return self.participants[0] if self.participants else None
 

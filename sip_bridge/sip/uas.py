@@ -5,27 +5,36 @@ shell that feeds it datagrams and stream-framed messages and runs :meth:`SipUas.
 
 Methods: INVITE (100 Trying, optional 180 + delayed answer for plain SIP, 200 with the
 SDP answer), ACK, BYE, CANCEL (487 to the INVITE), OPTIONS (503 while draining),
-UPDATE and re-INVITE (hold, codec/port change, SIPREC metadata), INFO; other methods get
-405/501. Draining (SIGTERM): plain INVITEs get 503 + Retry-After; SIPREC is still
-answered and marked ``unanalyzed:capacity`` (DESIGN §8).
+UPDATE and re-INVITE (hold, codec/port change, SIPREC metadata), INFO, PRACK; other
+methods get 405/501. An INVITE without SDP (late offer) gets our offer in the 200 and
+its answer is read from the ACK (none: BYE, ``no_answer_in_ack``). With ``Require:
+100rel`` the 180 is sent reliably (RFC 3262: RSeq, retransmitted until its PRACK).
+Each INVITE's caller identity inputs (From, PAI, STIR/SHAKEN, Diversion, History-Info)
+are read once, the PASSporT verified against the configured trust store.
+Draining (SIGTERM): plain INVITEs get 503 + Retry-After; SIPREC is still answered and
+marked ``unanalyzed:capacity`` (DESIGN §8).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
 from sip_bridge.calls import CallController, CallSetup
 from sip_bridge.media import CapacityError
-from sip_bridge.sip.body import read_body
+from sip_bridge.sip.body import RequestBody, read_body
 from sip_bridge.sip.dialog import (
     ACCEPT,
     ALLOW,
     SUPPORTED,
     ClientTransactions,
     Dialog,
+    ReliableProvisional,
     make_response,
     new_dialog,
     new_tag,
@@ -33,6 +42,8 @@ from sip_bridge.sip.dialog import (
     warning_text,
 )
 from sip_bridge.sip.fields import SUPPORTED_SCHEMES, NameAddr, SipUri, Via, user_of
+from sip_bridge.sip.identity import CallerIdentity, caller_identity
+from sip_bridge.sip.late_offer import accept_answer, build_offer, offered_streams
 from sip_bridge.sip.message import (
     SipParseError,
     SipRequest,
@@ -46,6 +57,7 @@ from sip_bridge.sip.offer_answer import (
     build_answer,
     negotiate,
 )
+from sip_bridge.sip.passport import TrustStore
 from sip_bridge.sip.transaction import (
     Outgoing,
     Peer,
@@ -56,7 +68,7 @@ from sip_bridge.sip.transaction import (
 )
 
 log = logging.getLogger(__name__)
-KNOWN_TAGS: Final = frozenset({"siprec", "timer", "replaces"})
+KNOWN_TAGS: Final = frozenset({"siprec", "timer", "replaces", "100rel"})
 NOT_ALLOWED: Final = frozenset({"REGISTER", "MESSAGE", "REFER"})
 NO_EVENTS: Final = frozenset({"SUBSCRIBE", "PUBLISH"})  # no event package: 489 Bad Event
 
@@ -72,6 +84,8 @@ class UasConfig:
     rtp_timeout: float = 30.0
     min_se: int = 90
     timers: Timers = field(default_factory=Timers)
+    trust_store: TrustStore | None = None  # STIR/SHAKEN (None: PASSporTs unverified)
+    wall_clock: Callable[[], float] = time.time  # PASSporT iat freshness
 
 
 class SipUas:
@@ -110,8 +124,7 @@ class SipUas:
                 self.stats["dropped"] += 1
             return []
         if msg.method == "ACK":
-            self._ack(msg, now)
-            return []
+            return self._ack(msg, now)
         existing = self.transactions.find(_key(msg))
         if existing is not None:
             self.stats["retransmissions"] += 1
@@ -146,13 +159,14 @@ class SipUas:
             body = read_body(req)
         except SipParseError as exc:
             return [self._reply(tx, exc.status or 400, now, extra=_accept_if(exc.status))]
-        if body.sdp is None:
-            warning = [("Warning", '399 callshield "offer required"')]
-            return [self._reply(tx, 488, now, extra=warning)]
-        try:
-            streams = negotiate(body.sdp)
-        except NotAcceptableError:
-            return [self._reply(tx, 488, now, extra=[("Warning", '305 callshield "no codec"')])]
+        if body.sdp is None:  # late offer: ours goes in the 200, the answer in the ACK
+            streams = offered_streams(_stream_labels(body))
+        else:
+            try:
+                streams = negotiate(body.sdp)
+            except NotAcceptableError:
+                warning = [("Warning", '305 callshield "no codec"')]
+                return [self._reply(tx, 488, now, extra=warning)]
         se = _session_expires(req)
         if se is not None and se < self.config.min_se:
             return [self._reply(tx, 422, now, extra=[("Min-SE", str(self.config.min_se))])]
@@ -164,17 +178,58 @@ class SipUas:
                 return [self._reply(tx, 503, now, extra=extra)]
             unanalyzed = "capacity"
         dialog = new_dialog(req, tx, body, streams, unanalyzed)
+        dialog.late_offer = "" if body.sdp is not None else "initial"
+        dialog.identity = self._identity(req, body)
         self.dialogs[dialog.key] = dialog
         tx.context["dialog"] = dialog
         out = [self._reply(tx, 100, now)]
-        if not body.siprec and self.config.answer_delay > 0:
-            out.append(self._reply(tx, 180, now, to_tag=dialog.local_tag))
+        reliable = _has_tag(req, "Require", "100rel")
+        # An offerless INVITE's offer would have to go in a reliable 180 (RFC 3261
+        # §13.2.1), its answer in the PRACK: we answer at once instead.
+        if not body.siprec and self.config.answer_delay > 0 and not (reliable and body.sdp is None):
+            out.append(self._ringing(dialog, tx, reliable, now))
             dialog.answer_at = now + self.config.answer_delay
             return out
         return out + self._answer(dialog, now)
 
+    def _ringing(
+        self, dialog: Dialog, tx: ServerTransaction, reliable: bool, now: float
+    ) -> Outgoing:
+        if not reliable:
+            return self._reply(tx, 180, now, to_tag=dialog.local_tag)
+        rseq = secrets.randbelow(2**31 - 2) + 1
+        cseq, _ = parse_cseq(tx.request.headers.get("CSeq") or "")
+        extra = self._dialog_headers(dialog, tx.request, session_timer=False)
+        extra += [("Require", "100rel"), ("RSeq", str(rseq))]
+        out = self._reply(tx, 180, now, to_tag=dialog.local_tag, extra=extra)
+        t1 = self.config.timers.t1
+        dialog.reliable = ReliableProvisional(rseq, cseq, out, t1, now + t1, now + 64 * t1)
+        self.stats["reliable_provisionals"] += 1
+        return out
+
+    def _identity(self, req: SipRequest, body: RequestBody) -> CallerIdentity:
+        """The INVITE's caller identity inputs. A SIPREC INVITE's From and To are the
+        recording client's: the call's parties come from the metadata instead."""
+        parties: tuple[str, str] | None = None
+        if body.siprec:
+            meta = body.metadata
+            caller = meta.caller() if meta is not None else None
+            others = [p for p in meta.participants if p is not caller] if meta else []
+            parties = (
+                _uri_user(caller.aor) if caller else "",
+                _uri_user(others[0].aor) if others else "",
+            )
+        return caller_identity(
+            req.headers,
+            request_uri=req.uri,
+            trust=self.config.trust_store,
+            now=self.config.wall_clock(),
+            parties=parties,
+        )
+
     def _answer(self, dialog: Dialog, now: float) -> list[Outgoing]:
         dialog.answer_at = None
+        dialog.reliable = None  # answered: stop retransmitting the 180 (RFC 3262 §3)
         req, tx = dialog.invite_tx.request, dialog.invite_tx
         setup = CallSetup(
             "siprec" if dialog.siprec else "sip",
@@ -182,6 +237,7 @@ class SipUas:
             ani=user_of(req.headers.get("P-Asserted-Identity") or req.headers.get("From")),
             dnis=user_of(req.headers.get("To")) or _uri_user(req.uri),
             correlation_id=req.headers.get("Session-ID"),
+            identity=dialog.identity,
         )
         try:
             call, ports = self.controller.start_call(
@@ -195,16 +251,24 @@ class SipUas:
             dialog.streams = [replace(s, accepted=False) for s in dialog.streams]
             call, ports = self.controller.start_call(setup, dialog.streams, None, "capacity")
         dialog.call_id = call.call_id
-        assert dialog.offer is not None
         dialog.sdp_session = int(now * 1000) & 0x7FFFFFFF
-        dialog.answer = build_answer(
-            dialog.offer,
-            dialog.streams,
-            ports,
-            local_host=self.config.host,
-            session_id=dialog.sdp_session,
-            version=dialog.sdp_version,
-        )
+        if dialog.offer is None:  # late offer: this is our offer
+            dialog.answer = build_offer(
+                dialog.streams,
+                ports,
+                local_host=self.config.host,
+                session_id=dialog.sdp_session,
+                version=dialog.sdp_version,
+            )
+        else:
+            dialog.answer = build_answer(
+                dialog.offer,
+                dialog.streams,
+                ports,
+                local_host=self.config.host,
+                session_id=dialog.sdp_session,
+                version=dialog.sdp_version,
+            )
         extra = self._dialog_headers(dialog, req)
         _arm_session_timer(dialog, req, now)
         return [
@@ -250,6 +314,7 @@ class SipUas:
             )
         if req.method == "INVITE":
             dialog.invite_tx = tx
+            dialog.late_offer = "reinvite" if body.sdp is None else ""
         send_sdp = req.method == "INVITE" or streams is not None
         body_bytes = bytes(dialog.answer) if send_sdp and dialog.answer is not None else b""
         extra = self._dialog_headers(dialog, req)
@@ -258,17 +323,44 @@ class SipUas:
 
     _on_update = _modify
 
-    def _ack(self, req: SipRequest, now: float) -> None:
+    def _ack(self, req: SipRequest, now: float) -> list[Outgoing]:
         tx = self.transactions.find(_key(req))
         if tx is not None and tx.status >= 300:
             self.transactions.on_ack(tx, now)
-            return
+            return []
         dialog = self._dialog_of(req)
         if dialog is None:
             self.stats["dropped"] += 1
-            return
+            return []
+        first = not dialog.invite_tx.acked
         self.transactions.on_ack(dialog.invite_tx, now)
         dialog.state = "confirmed"
+        if dialog.late_offer and first and dialog.call_id:
+            return self._answer_in_ack(dialog, req, now)
+        return []
+
+    def _answer_in_ack(self, dialog: Dialog, ack: SipRequest, now: float) -> list[Outgoing]:
+        """Our 2xx carried an offer: the ACK has the answer (RFC 3264 §5)."""
+        kind, dialog.late_offer = dialog.late_offer, ""
+        try:
+            sdp = read_body(ack).sdp
+        except SipParseError:
+            sdp = None
+        if sdp is None:
+            self.stats["ack_without_answer"] += 1
+            if kind == "initial":
+                return self.hangup(dialog.call_id, "no_answer_in_ack", now)
+            return []  # a re-INVITE's: the session stays as it was
+        if not any(s.accepted for s in dialog.streams):
+            return []  # answered unanalysed (capacity): nothing to open
+        try:
+            streams = accept_answer(dialog.streams, sdp) if kind == "initial" else negotiate(sdp)
+        except NotAcceptableError:
+            self.stats["bad_answer_in_ack"] += 1
+            return self.hangup(dialog.call_id, "bad_answer_in_ack", now)
+        self.controller.update_call(dialog.call_id, streams, None)
+        dialog.offer, dialog.streams = sdp, streams
+        return []
 
     def _on_bye(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
         dialog = self._dialog_of(req)
@@ -305,7 +397,18 @@ class SipUas:
         return [self._reply(tx, 200 if self._dialog_of(req) else 481, now)]
 
     def _on_prack(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
-        return [self._reply(tx, 481, now)]  # we never send reliable provisionals
+        """RFC 3262 §3: a PRACK whose RAck names our pending reliable provisional stops
+        its retransmissions; one for anything else is 481."""
+        dialog = self._dialog_of(req)
+        rel = dialog.reliable if dialog is not None else None
+        if dialog is None or rel is None or not rel.rack_matches(req.headers.get("RAck") or ""):
+            self.stats["prack_unmatched"] += 1
+            return [self._reply(tx, 481, now)]
+        cseq, _ = parse_cseq(req.headers.get("CSeq") or "")
+        dialog.remote_cseq = max(dialog.remote_cseq, cseq)
+        dialog.reliable = None
+        self.stats["prack"] += 1
+        return [self._reply(tx, 200, now, to_tag=dialog.local_tag)]
 
     # ---- timers, hang-up, draining -----------------------------------------------------
 
@@ -317,6 +420,10 @@ class SipUas:
                 out += self.hangup(dialog.call_id, "ack_timeout", now)
         out += self.clients.poll(now)
         for dialog in list(self.dialogs.values()):
+            if dialog.reliable is not None:
+                out += self._retransmit_reliable(dialog, now)
+                if dialog.key not in self.dialogs:
+                    continue
             if dialog.answer_at is not None and now >= dialog.answer_at:
                 out += self._answer(dialog, now)
             elif dialog.session_expires_at is not None and now >= dialog.session_expires_at:
@@ -328,6 +435,21 @@ class SipUas:
             for call_id in self.controller.timed_out(int(now * 1e9), timeout_ns):
                 out += self.hangup(call_id, "rtp_timeout", now)
         return out
+
+    def _retransmit_reliable(self, dialog: Dialog, now: float) -> list[Outgoing]:
+        rel = dialog.reliable
+        assert rel is not None
+        if now >= rel.give_up_at:  # no PRACK in 64*T1: reject the INVITE (RFC 3262 §3)
+            dialog.reliable = None
+            self.stats["prack_timeout"] += 1
+            reply = self._reply(dialog.invite_tx, 500, now, to_tag=dialog.local_tag)
+            self._end(dialog, "prack_timeout")
+            return [reply]
+        if now < rel.retransmit_at:
+            return []
+        rel.interval *= 2  # no T2 cap: RFC 3262 doubles each time
+        rel.retransmit_at = now + rel.interval
+        return [rel.out]
 
     def hangup(self, call_id: str, reason: str, now: float) -> list[Outgoing]:
         """End a call from our side: BYE to the peer, then the call ends."""
@@ -350,6 +472,9 @@ class SipUas:
         times = [self.transactions.next_deadline(), self.clients.next_deadline()]
         times += [d.answer_at for d in self.dialogs.values()]
         times += [d.session_expires_at for d in self.dialogs.values()]
+        for d in self.dialogs.values():
+            if d.reliable is not None:
+                times += [d.reliable.retransmit_at, d.reliable.give_up_at]
         return min((t for t in times if t is not None), default=None)
 
     # ---- helpers ----------------------------------------------------------------------
@@ -368,7 +493,9 @@ class SipUas:
     def _dialogs_from(self, host: str) -> int:
         return sum(1 for d in self.dialogs.values() if d.peer.host == host)
 
-    def _dialog_headers(self, dialog: Dialog, req: SipRequest) -> list[tuple[str, str]]:
+    def _dialog_headers(
+        self, dialog: Dialog, req: SipRequest, *, session_timer: bool = True
+    ) -> list[tuple[str, str]]:
         transport = ";transport=tcp" if dialog.peer.reliable else ""
         feature = ";+sip.srs" if dialog.siprec else ""
         host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
@@ -378,7 +505,7 @@ class SipUas:
             ("Supported", SUPPORTED),
         ]
         extra += [("Record-Route", rr) for rr in req.headers.get_all("Record-Route")]
-        se = _session_expires(req)
+        se = _session_expires(req) if session_timer else None
         if se is not None:
             extra.append(("Session-Expires", f"{se};refresher=uac"))
             if any(t.strip().lower() == "timer" for t in req.headers.get_all("Supported")):
@@ -443,6 +570,20 @@ def _arm_session_timer(dialog: Dialog, req: SipRequest, now: float) -> None:
         dialog.session_expires_at = None
         return
     dialog.session_expires_at = now + se - min(32.0, se / 3)
+
+
+def _has_tag(req: SipRequest, header: str, tag: str) -> bool:
+    return any(t.strip().lower() == tag for t in req.headers.get_all(header))
+
+
+def _stream_labels(body: RequestBody) -> list[str | None]:
+    """The m= lines of our late offer: one per labelled SIPREC metadata stream, else
+    one unlabelled."""
+    if body.metadata is not None:
+        labels = [s.label for s in body.metadata.streams if s.label][:4]
+        if labels:
+            return list(labels)
+    return [None]
 
 
 def _uri_user(uri: str) -> str:

@@ -149,7 +149,7 @@ CORPUS: list[tuple[str, bytes, int | None]] = [
         488,
     ),
     ("INVITE with SRTP only", invite(body=SDP_OFFER.replace("RTP/AVP", "RTP/SAVP")), 488),
-    ("INVITE without an offer", invite(body=""), 488),
+    ("INVITE without an offer (late offer: ours in the 200)", invite(body=""), 200),
     ("session interval too small", invite(extra="Session-Expires: 30\nSupported: timer\n"), 422),
     (
         "multipart without SDP",
