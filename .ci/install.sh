@@ -28,6 +28,7 @@ set -euo pipefail
 #   kamailio, kubectl: deploy/ checks (`kamailio -c` and a live balancer; `kubectl kustomize`)
 #   chromium: the real-browser WHIP test (headless, fake microphone playing a WAV)
 #   libopus-dev:  Opus decoding (PLC, in-band FEC) in the native jitter buffer
+#   tcpdump:      real loopback captures that `callshield replay` reads back
 APT_PACKAGES=(
     clang
     libfuzzer-14-dev
@@ -42,6 +43,7 @@ APT_PACKAGES=(
     kubectl
     chromium
     libopus-dev
+    tcpdump
 )
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

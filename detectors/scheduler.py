@@ -156,6 +156,19 @@ class Scheduler:
         with self._cond:
             return {name: len(lane.queue) for name, lane in self._lanes.items()}
 
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Block until no window is queued or running, so every window submitted so far
+        has reached the sink; False on timeout. For offline drivers that advance a
+        virtual clock only once the windows so far are settled (``callshield replay``)."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while any(lane.queue or lane.inflight for lane in self._lanes.values()):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.002))  # workers notify one waiter only
+        return True
+
     # ---- the dispatcher -------------------------------------------------------------
 
     def _run(self) -> None:

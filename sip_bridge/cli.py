@@ -24,6 +24,7 @@ _COMMANDS: dict[str, str] = {
     "schema": "detectors.bus.schema_export",
     "redis": "detectors.bus.redis_cli",
     "redis-acl": "detectors.bus.acl_cli",
+    "replay": "sip_bridge.replay.cli",
     "watchlist": "detectors.speaker.watchlist_cli",
     "webhooks": "detectors.bus.webhooks.cli",
 }

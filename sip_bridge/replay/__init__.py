@@ -1,0 +1,1 @@
+"""``callshield replay``: a recorded call through the live pipeline in virtual time."""
