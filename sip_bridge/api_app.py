@@ -13,6 +13,7 @@ from sip_bridge.adapters.audio_fork import audio_fork_router
 from sip_bridge.adapters.audiohook import audiohook_router
 from sip_bridge.adapters.audiosocket import AudioSocketServer
 from sip_bridge.adapters.audiosocket_api import audiosocket_router
+from sip_bridge.adapters.connect_api import include_connect
 from sip_bridge.adapters.twilio_media import twilio_router
 from sip_bridge.adapters.whip import include_whip
 from sip_bridge.adapters.ws_common import AdapterStats
@@ -42,4 +43,5 @@ def build_api(
     app.include_router(audio_fork_router(controller, settings, adapter_stats))
     app.include_router(audiohook_router(controller, settings, adapter_stats))
     include_whip(app, controller, settings)  # WHIP: POST /v1/whip, its resources
+    include_connect(app, controller, settings, adapter_stats)  # Amazon Connect contacts
     return app

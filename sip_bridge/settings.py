@@ -86,6 +86,13 @@ class Settings(BaseSettings):
     # token and/or basic auth "user:password"; with neither the endpoint refuses everyone
     audio_fork_token: SecretStr | None = None
     audio_fork_basic_auth: SecretStr | None = None
+    # Amazon Connect live media (POST /v1/connect/contacts with control_api_token): the
+    # boto3-free default source reads KVS captures in connect_media_dir (<stream>.mkv or
+    # a relative path; a FIFO works) and, if allowed, stdin ("-"); or a plug-in source
+    # "package.module:factory" (deploy/connect/kvs_getmedia.py calls GetMedia). None = off
+    connect_media_dir: str = ""
+    connect_media_stdin: bool = False
+    connect_media_source: str = ""
     # STIR/SHAKEN (sip_bridge.sip.passport): trusted root CA certificates (a directory of
     # PEM files) and the certificates x5u URLs point to, fetched ahead of time (a
     # directory: index.json {url: file}, or files named sha256(url).pem). Without the

@@ -20,7 +20,8 @@ at most ``max_text``), plus the partial header of the next one; masters are ente
 never buffered, and skipped elements are discarded as they stream past. Faults raise
 :class:`MkvError` with a ``reason`` (``bad_id``, ``bad_size``, ``oversized``,
 ``overrun``, ``unexpected_element``, ``unknown_size``, ``bad_doctype``, ``bad_block``,
-``laced``, ``truncated``); the reader is then unusable. IDs we do not know inside a
+``laced``, ``truncated``), from the call after the one that met the fault (whose
+events before it are returned); the reader is then unusable. IDs we do not know inside a
 master are skipped (the Matroska rule) and counted in :attr:`MkvReader.unknown_elements`.
 """
 
@@ -213,21 +214,31 @@ class MkvReader:
         self._skip = 0  # payload bytes still to discard
         self._stack: list[_Open] = []
         self._cluster_tc: int | None = None
+        self._error: MkvError | None = None
 
     # ---- public --------------------------------------------------------------------
 
     def feed(self, data: bytes) -> list[MkvEvent]:
+        """The events ``data`` completes. A fault is raised by the next call (``feed`` or
+        ``close``), so the events before it in the same chunk are still delivered."""
+        if self._error is not None:
+            raise self._error
         if self._off and self._off >= len(self._buf) // 2:
             del self._buf[: self._off]
             self._off = 0
         self._buf += data
         out: list[MkvEvent] = []
-        while self._step(out):
-            pass
+        try:
+            while self._step(out):
+                pass
+        except MkvError as exc:
+            self._error = exc
         return out
 
     def close(self) -> list[MkvEvent]:
         """End of stream: close unknown-size masters; raise if inside an element."""
+        if self._error is not None:
+            raise self._error
         out: list[MkvEvent] = []
         pending = len(self._buf) - self._off
         if self._skip or pending:

@@ -39,6 +39,7 @@ from tests.sip.bridge_runner import load_speech
 
 
 def _read(data: bytes, chunks: list[int] | None = None) -> tuple[list[MkvEvent], MkvReader]:
+    """Every event of ``data`` fed in ``chunks``; a fault raises at the latest at close."""
     reader = MkvReader()
     events: list[MkvEvent] = []
     pos = 0
@@ -170,3 +171,14 @@ def test_memory_stays_bounded_on_a_huge_skipped_element() -> None:
         reader.feed(b"\x00" * 65536)
         assert len(reader._buf) - reader._off == 0  # nothing of it is kept
     assert reader.position == len(header) + 12 + 8 + (8 << 20)
+
+
+def test_events_before_a_fault_are_delivered_then_it_raises() -> None:
+    reader = MkvReader()
+    events = reader.feed(_one_cluster(b"\x00\x81\x00"))  # the whole stream in one chunk
+    assert [e.track for e in events if isinstance(e, Block)] == [1]
+    with pytest.raises(MkvError) as caught:
+        reader.feed(b"")
+    assert caught.value.reason == "bad_id"
+    with pytest.raises(MkvError):
+        reader.close()
