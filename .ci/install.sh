@@ -28,6 +28,8 @@ set -euo pipefail
 #   kamailio, kubectl: deploy/ checks (`kamailio -c` and a live balancer; `kubectl kustomize`)
 #   chromium: the real-browser WHIP test (headless, fake microphone playing a WAV)
 #   libopus-dev:  Opus decoding (PLC, in-band FEC) in the native jitter buffer
+#   libssl-dev:   libcrypto (AES-CTR/GCM, SHA-1) for SRTP on SDES-keyed SIP legs; Debian's
+#                 libsrtp2 allocates per packet (native/src/srtp_rx.h says why)
 #   tcpdump:      real loopback captures that `callshield replay` reads back
 APT_PACKAGES=(
     clang
@@ -43,6 +45,7 @@ APT_PACKAGES=(
     kubectl
     chromium
     libopus-dev
+    libssl-dev
     tcpdump
 )
 

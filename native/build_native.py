@@ -28,6 +28,7 @@ HEADERS = [
     "jb.h",
     "jb_bench.h",
     "srclock.h",
+    "srtp_rx.h",
     "ingest.h",
 ]
 
@@ -61,7 +62,7 @@ ffibuilder.set_source(
         "-fno-strict-aliasing",
         *os.environ.get("CALLSHIELD_CFLAGS", "").split(),
     ],
-    libraries=["pthread", "m", "opus"],
+    libraries=["pthread", "m", "opus", "crypto"],
 )
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from native.ingest_types import (
     to_python,
     upper_edges,
 )
+from native.srtp import suite_code
 
 __all__ = [
     "DEFAULT_PAYLOAD_TYPES",
@@ -352,6 +353,23 @@ class Ingest:
 
     def set_paused(self, stream_id: int, paused: bool) -> None:
         _check(lib.cs_ingest_set_paused(self._live(), stream_id, int(paused)), "set_paused")
+
+    def set_srtp(
+        self, stream_id: int, suite: str | None, key_salt: bytes = b"", mki: bytes = b""
+    ) -> bool:
+        """SDES-keyed SRTP on a socket leg (``suite`` an a=crypto suite name, key_salt
+        the inline key's bytes), or plain RTP again (``suite`` None). Every datagram is
+        then authenticated, replay-checked and decrypted in C before it is parsed;
+        failures count in stream_counters (srtp_auth_failed, srtp_replayed, ...).
+        Returns True when a new key was installed, False for the same key again (its
+        ROC and replay window kept) or SRTP off. ValueError for a bad suite or key."""
+        code = 0 if suite is None else suite_code(suite)
+        rc = lib.cs_ingest_set_srtp(
+            self._live(), stream_id, code, key_salt, len(key_salt), mki or ffi.NULL, len(mki)
+        )
+        if rc == -errno.EINVAL:
+            raise ValueError(f"bad SRTP key for {suite}: {len(key_salt)} bytes")
+        return _check(rc, "set_srtp") == 1
 
     def local_address(self, stream_id: int) -> tuple[str, int]:
         """(host, port) the stream's socket is bound to (where to send its RTP)."""

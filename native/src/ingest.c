@@ -247,6 +247,7 @@ void cs_ingest_free(cs_ingest *ing) {
                     close(s->fd);
                 cs_jb_free(s->jb);
             }
+            cs_srtp_free(s->srtp);
             pthread_mutex_destroy(&s->mu);
         }
     }

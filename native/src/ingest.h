@@ -81,6 +81,7 @@
 #include "jb.h"
 #include "rtp.h"
 #include "srclock.h"
+#include "srtp_rx.h"
 
 /* CDEF BEGIN */
 typedef struct cs_ingest cs_ingest;
@@ -128,6 +129,11 @@ typedef struct {
     uint64_t unmatched;        /* shared sockets: no leg matched the datagram's source */
     uint64_t demux_conflicts;  /* a learned source's key was held by another leg */
     uint64_t paced_sleeps;     /* coalescing sleeps taken */
+    /* SRTP legs (cs_ingest_set_srtp), summed over streams; each dropped, never inserted */
+    uint64_t srtp_auth_failed; /* tag or MKI mismatch: tampered, foreign or old key */
+    uint64_t srtp_replayed;    /* index seen before or older than the replay window */
+    uint64_t srtp_malformed;   /* not RTP, or too short for header + MKI + tag */
+    uint64_t srtcp_ignored;    /* RTCP-multiplexed (SRTCP) datagrams: not needed */
 } cs_ingest_counters;
 
 /* Per shared socket (monotonic). Datagrams that reach a leg are also counted there. */
@@ -159,6 +165,13 @@ typedef struct {
     uint32_t srclock_state;    /* CS_SRCLOCK_* */
     uint32_t locked_ssrc;
     cs_srclock_addr locked_addr;
+    uint32_t srtp_suite;       /* CS_SRTP_*: 0 = plain RTP */
+    uint64_t srtp_ok;          /* authenticated and decrypted */
+    uint64_t srtp_auth_failed;
+    uint64_t srtp_replayed;
+    uint64_t srtp_malformed;
+    uint64_t srtcp_ignored;
+    uint64_t srtp_rekeys;      /* new keys installed after the first */
 } cs_stream_counters;
 
 void cs_ingest_default_config(cs_ingest_config *cfg);
@@ -214,6 +227,19 @@ int cs_ingest_rearm(cs_ingest *ing, int32_t id, int64_t now_ns);
 /* On a shared leg this also re-keys its demux entry (-EEXIST: held by another leg). */
 int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *addr);
 int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused);
+/* SRTP on a socket leg (SDES, RFC 4568): key_salt as the a=crypto line's inline key,
+ * suite CS_SRTP_* (CS_SRTP_NONE: plain RTP again, key ignored). From then on every
+ * datagram of the leg is authenticated, replay-checked and decrypted in place before it
+ * is parsed (per-leg socket) or before its payload is looked at (shared socket, where
+ * the clear header's address and SSRC pick the leg first); failures are counted per
+ * stream and globally and dropped. RTCP-multiplexed datagrams are dropped as
+ * srtcp_ignored. The leg's context is allocated on its first key and kept by the slot;
+ * the receive path allocates nothing. Returns 1 (new key), 0 (same key: ROC and window
+ * kept), -ENOENT, -EOPNOTSUPP (pushed stream: its adapter decrypts), -EINVAL, -ENOMEM.
+ * Known gap: on a shared socket an SRTP packet with the padding bit set fails the
+ * header parse before the leg is known (counted as a padding parse error). */
+int cs_ingest_set_srtp(cs_ingest *ing, int32_t id, int suite, const uint8_t *key_salt,
+                       size_t len, const uint8_t *mki, size_t mki_len);
 /* Copies up to max DTMF events (cs_jb_take_dtmf); returns the count or -ENOENT. */
 int cs_ingest_take_dtmf(cs_ingest *ing, int32_t id, cs_dtmf_event *out, int max);
 

@@ -42,6 +42,8 @@ typedef struct {
     uint32_t nkeys;
     cs_jb *jb;
     cs_srclock lock;
+    cs_srtp *srtp;           /* allocated on the slot's first SRTP key, kept until free */
+    int srtp_on;             /* datagrams are SRTP: unprotect before parsing */
     cs_stream_counters c; /* srclock fields are filled at copy-out */
 } ingest_slot;
 

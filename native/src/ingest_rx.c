@@ -1,7 +1,9 @@
-/* The receiver thread's per-batch work: recvmmsg -> kernel stamps -> RTP parse -> (shared
- * sockets: demux) -> source lock -> jitter-buffer insert -> latency histograms. Called by
- * receiver_main (ingest.c) with the ready socket's slot mutex held; see ingest.h for the
- * demultiplexing rule, the locking order and the clocks. */
+/* The receiver thread's per-batch work: recvmmsg -> kernel stamps -> (SRTP legs:
+ * authenticate, replay check, decrypt) -> RTP parse -> (shared sockets: demux, then the
+ * SRTP step and the parse of the plain packet) -> source lock -> jitter-buffer insert ->
+ * latency histograms. Called by receiver_main (ingest.c) with the ready socket's slot
+ * mutex held; see ingest.h for the demultiplexing rule, the locking order and the
+ * clocks. */
 #define _GNU_SOURCE
 #include "ingest_priv.h"
 
@@ -87,9 +89,49 @@ static int receive(cs_ingest *ing, int fd) {
     return r > 0 ? r : 0;
 }
 
-/* Arrival time, truncation and RTP parse of datagram i. Returns CS_RTP_OK, a
- * CS_RTP_ERR_* code, or -1 for a truncated datagram. */
-static int classify(cs_ingest *ing, int i, int64_t offset, int64_t received) {
+/* SRTP leg s (its mutex held): drop SRTCP, then authenticate, replay-check and decrypt
+ * datagram i in place. Returns 0 with *len the plain length, or -1 (counted, drop). */
+static int srtp_step(cs_ingest *ing, ingest_slot *s, int i, size_t *len) {
+    uint8_t *buf = ing->iovs[i].iov_base;
+    if (cs_rtp_is_rtcp(buf, *len)) {
+        s->c.srtcp_ignored++;
+        BUMP(ing->counters.srtcp_ignored, 1);
+        return -1;
+    }
+    switch (cs_srtp_unprotect(s->srtp, buf, len)) {
+    case CS_SRTP_OK:
+        s->c.srtp_ok++;
+        return 0;
+    case CS_SRTP_ERR_AUTH:
+        s->c.srtp_auth_failed++;
+        BUMP(ing->counters.srtp_auth_failed, 1);
+        return -1;
+    case CS_SRTP_ERR_REPLAY:
+        s->c.srtp_replayed++;
+        BUMP(ing->counters.srtp_replayed, 1);
+        return -1;
+    default:
+        s->c.srtp_malformed++;
+        BUMP(ing->counters.srtp_malformed, 1);
+        return -1;
+    }
+}
+
+/* RTP parse of datagram i's first len bytes; parse errors counted globally. */
+static int parse(cs_ingest *ing, int i, size_t len) {
+    int rc = cs_rtp_parse(ing->iovs[i].iov_base, len, &ing->batch.hdr[i]);
+    if (rc != CS_RTP_OK) {
+        if (rc < 0 || rc >= CS_RTP_ERR_COUNT)
+            rc = 0;
+        BUMP(ing->counters.parse_errors[rc], 1);
+    }
+    return rc;
+}
+
+/* Arrival time, truncation, (SRTP leg s of a per-leg socket: the SRTP step) and RTP
+ * parse of datagram i. Returns CS_RTP_OK, a CS_RTP_ERR_* code, -1 for a truncated
+ * datagram, or -2 for one the SRTP step dropped. */
+static int classify(cs_ingest *ing, int i, int64_t offset, int64_t received, ingest_slot *s) {
     rx_batch *b = &ing->batch;
     int64_t stamp = kernel_stamp(&ing->msgs[i].msg_hdr);
     b->arrival[i] = stamp ? stamp - offset : received;
@@ -100,13 +142,10 @@ static int classify(cs_ingest *ing, int i, int64_t offset, int64_t received) {
         BUMP(ing->counters.truncated, 1);
         return -1;
     }
-    int rc = cs_rtp_parse(ing->iovs[i].iov_base, ing->msgs[i].msg_len, &b->hdr[i]);
-    if (rc != CS_RTP_OK) {
-        if (rc < 0 || rc >= CS_RTP_ERR_COUNT)
-            rc = 0;
-        BUMP(ing->counters.parse_errors[rc], 1);
-    }
-    return rc;
+    size_t len = ing->msgs[i].msg_len;
+    if (s && s->srtp_on && srtp_step(ing, s, i, &len))
+        return -2;
+    return parse(ing, i, len);
 }
 
 /* Source lock and insert of parsed datagram i into stream s (its mutex held). */
@@ -161,9 +200,11 @@ int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
             return 0;
         int64_t received = rx_clock_ns(CLOCK_MONOTONIC);
         for (int i = 0; i < r; i++) {
-            int rc = classify(ing, i, offset, received);
+            int rc = classify(ing, i, offset, received, s);
             count_to_stream(s, ing, i);
-            if (rc < 0) {
+            if (rc == -2) {
+                continue; /* SRTP dropped it (counted) */
+            } else if (rc < 0) {
                 s->c.truncated++;
             } else if (rc != CS_RTP_OK) {
                 s->c.parse_errors[rc]++;
@@ -179,6 +220,19 @@ int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
     return 1; /* stopped at max_batches: more may be queued */
 }
 
+/* A shared SRTP leg's datagram j, found by its clear header: the SRTP step, then the
+ * parse of the plain packet. 1 to deliver it, 0 when dropped (counted). */
+static int shared_srtp(cs_ingest *ing, ingest_slot *s, int j) {
+    size_t len = ing->msgs[j].msg_len;
+    if (srtp_step(ing, s, j, &len))
+        return 0;
+    int rc = parse(ing, j, len);
+    if (rc == CS_RTP_OK)
+        return 1;
+    s->c.parse_errors[rc]++;
+    return 0;
+}
+
 /* Look up every parsed datagram of the batch under one demux lock. */
 static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int r,
                         int64_t offset, int64_t received) {
@@ -187,7 +241,7 @@ static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, in
     pthread_mutex_lock(&ing->demux_mu);
     for (int i = 0; i < r; i++) {
         b->target[i] = -1;
-        int rc = classify(ing, i, offset, received);
+        int rc = classify(ing, i, offset, received, NULL);
         if (rc < 0) {
             BUMP(k->c.truncated, 1);
             continue;
@@ -232,6 +286,8 @@ int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_
                 int live = s->active && s->gen == STREAM_GEN(id);
                 for (int j = i; j < end && live; j++) {
                     count_to_stream(s, ing, j);
+                    if (s->srtp_on && !shared_srtp(ing, s, j))
+                        continue;
                     deliver(ing, s, id, j);
                 }
                 pthread_mutex_unlock(&s->mu);

@@ -115,6 +115,8 @@ int cs_ingest_remove_stream(cs_ingest *ing, int32_t id) {
         close(s->fd);
     }
     s->pushed = 0;
+    s->srtp_on = 0;
+    cs_srtp_clear(s->srtp); /* the context stays with the slot, keyless */
     cs_jb_free(s->jb);
     s->fd = -1;
     s->jb = NULL;
@@ -152,6 +154,34 @@ int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused) {
     cs_jb_set_paused(s->jb, paused);
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+int cs_ingest_set_srtp(cs_ingest *ing, int32_t id, int suite, const uint8_t *key_salt,
+                       size_t len, const uint8_t *mki, size_t mki_len) {
+    ingest_slot *s = lock_stream(ing, id);
+    if (!s)
+        return -ENOENT;
+    int rc;
+    if (s->pushed) {
+        rc = -EOPNOTSUPP;
+    } else if (suite == CS_SRTP_NONE) {
+        s->srtp_on = 0;
+        cs_srtp_clear(s->srtp);
+        rc = 0;
+    } else {
+        if (!s->srtp)
+            s->srtp = cs_srtp_new();
+        int had_key = s->srtp_on;
+        rc = s->srtp ? cs_srtp_set_key(s->srtp, suite, key_salt, len, mki, mki_len) : -ENOMEM;
+        if (rc == 1 && had_key)
+            s->c.srtp_rekeys++;
+        if (rc < 0 && rc != -EINVAL)
+            s->srtp_on = 0; /* libcrypto failed: the context is keyless now */
+        else if (rc >= 0)
+            s->srtp_on = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 int cs_ingest_take_dtmf(cs_ingest *ing, int32_t id, cs_dtmf_event *out, int max) {
@@ -204,6 +234,7 @@ int cs_ingest_stream_counters(cs_ingest *ing, int32_t id, cs_stream_counters *ou
     out->srclock_state = s->lock.state;
     out->locked_ssrc = s->lock.ssrc;
     out->locked_addr = s->lock.addr;
+    out->srtp_suite = s->srtp_on ? (uint32_t)cs_srtp_suite(s->srtp) : 0;
     pthread_mutex_unlock(&s->mu);
     return 0;
 }

@@ -16,7 +16,7 @@ cflags=(-g -O1 -std=gnu11 -Wall -Wextra -fsanitize=address,undefined
 shopt -s nullglob
 sources=("$src"/*.c "$here"/*.c)
 echo "run_sanitizers: $cc, ${#sources[@]} sources"
-"$cc" "${cflags[@]}" -I"$src" -I"$here" "${sources[@]}" -o "$out/test_native" -lopus -lm
+"$cc" "${cflags[@]}" -I"$src" -I"$here" "${sources[@]}" -o "$out/test_native" -lopus -lcrypto -lm
 
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

@@ -23,6 +23,7 @@ extern const cs_test_suite cs_suite_ingest __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest_shared __attribute__((weak));
 extern const cs_test_suite cs_suite_resample __attribute__((weak));
 extern const cs_test_suite cs_suite_jb_codecs __attribute__((weak));
+extern const cs_test_suite cs_suite_srtp __attribute__((weak));
 
 static const struct {
     const char *name;
@@ -37,6 +38,7 @@ static const struct {
     {"ingest_shared", &cs_suite_ingest_shared},
     {"resample", &cs_suite_resample},
     {"jb_codecs", &cs_suite_jb_codecs},
+    {"srtp", &cs_suite_srtp},
 };
 
 /* ---- runner ------------------------------------------------------------------------ */
