@@ -56,6 +56,8 @@ class Abstention(StrEnum):
     PAUSED = "paused"
     LEG_UNKNOWN = "leg_unknown"
     UNAVAILABLE = "unavailable"  # the detector failed or missed its deadline
+    ECHO = "echo"  # the external leg carries the internal leg's audio (speakerphone echo)
+    ALLOWLISTED = "allowlisted"  # the contact center's own benign audio (prompts, music)
 
 
 Score = Annotated[float, Field(ge=0.0, le=1.0)]

@@ -26,6 +26,16 @@ FloatArray = npt.NDArray[np.float32]
 VOICE_ROLES: frozenset[LegRole] = frozenset({LegRole.EXTERNAL})
 """Voice detectors (synthetic voice, speaker, replay) run on the external leg only."""
 
+VOICE_DIMENSIONS: frozenset[Dimension] = frozenset(
+    {
+        Dimension.SYNTHETIC_VOICE,
+        Dimension.KNOWN_FRAUDSTER,
+        Dimension.VOICE_MISMATCH,
+        Dimension.REPLAY,
+    }
+)
+"""Dimensions about the caller's voice: masked where the external leg carries echo."""
+
 
 @dataclass(frozen=True, slots=True)
 class DetectorSpec:

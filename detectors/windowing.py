@@ -11,7 +11,9 @@ A ``WindowPlan`` per detector tracks, per leg, where its next window ends; ``col
 returns the windows that became complete. A window is a reference into the ring (row,
 start, length), copied once, straight into the scheduler's batch tensor; windows that
 need no inference (paused, leg role, concealed audio, too little speech) carry their
-abstention already. Audio of PAUSED frames is zeroed before it reaches a ring.
+abstention already. Audio of PAUSED frames is zeroed before it reaches a ring. With an
+echo gate (``detectors.echo``) attached as ``echo``, a voice dimension's window whose
+speech units lie mostly in frames marked as the internal leg's echo abstains ``echo``.
 
 Leg time runs on the bank's tick from the moment the leg is added, so a leg missing
 from a pull keeps its timeline (its units are marked missing, its audio zeroed).
@@ -20,12 +22,19 @@ from a pull keeps its timeline (its units are marked missing, its audio zeroed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from detectors.alert_schema import Abstention, LegRole
-from detectors.contract import DetectorSpec, FloatArray, WindowKey, WindowQuality
+from detectors.contract import (
+    VOICE_DIMENSIONS,
+    DetectorSpec,
+    FloatArray,
+    WindowKey,
+    WindowQuality,
+)
 from detectors.resample import PolyphaseResampler
 from native.ingest_types import FRAME_INFO_DTYPE
 
@@ -109,6 +118,12 @@ class WindowJob:
         self.ring.read_into(self.row, self.start, out)
 
 
+class EchoMarks(Protocol):
+    def marks(self, stream_id: int, first_tick: int, n_ticks: int) -> npt.NDArray[np.bool_] | None:
+        """Which of the frames are echo of the internal leg (None: not gated)."""
+        ...
+
+
 class FrameBank:
     """Rings of every leg's audio and unit codes; see the module docstring."""
 
@@ -132,6 +147,8 @@ class FrameBank:
         self._rows_cache = np.zeros(0, np.intp)
         self._flags = _flag_constants()
         self._bits = (1 << np.arange(UNITS_PER_FRAME, dtype=np.uint8)).astype(np.uint8)
+        self.echo: EchoMarks | None = None  # the echo gate (detectors.echo), if any
+        self.echo_share_min = 0.5
 
     # ---- legs -----------------------------------------------------------------------
 
@@ -274,6 +291,26 @@ class FrameBank:
             jitter_ms=leg.jitter_ms,
         ), int(counts[PAUSED])
 
+    def echo_share(self, sid: int, start_unit: int, n_units: int) -> float:
+        """Share of the window's speech units in frames the echo gate marked."""
+        if self.echo is None:
+            return 0.0
+        first_tick = start_unit // UNITS_PER_FRAME
+        n_ticks = -(-(start_unit + n_units) // UNITS_PER_FRAME) - first_tick
+        marks = self.echo.marks(sid, first_tick, n_ticks)
+        if marks is None or not marks.any():
+            return 0.0
+        total = self.units.shape[1]
+        idx = (np.arange(start_unit, start_unit + n_units)) % total
+        leg_row = self._legs[sid].row
+        speech = (self.units[leg_row, idx] & SPEECH_BIT) != 0
+        if not speech.any():
+            return 0.0
+        echo = np.repeat(marks, UNITS_PER_FRAME)[start_unit - first_tick * UNITS_PER_FRAME :][
+            :n_units
+        ]
+        return float(np.count_nonzero(speech & echo)) / float(np.count_nonzero(speech))
+
 
 class WindowPlan:
     """Where each leg's next window (for one detector) ends; see FrameBank.plan."""
@@ -322,6 +359,12 @@ class WindowPlan:
             abstained = Abstention.PAUSED
         elif quality.concealed_ratio > spec.max_concealed_ratio:
             abstained = Abstention.TOO_MUCH_CONCEALED
+        elif (
+            spec.dimension in VOICE_DIMENSIONS
+            and bank.echo is not None
+            and bank.echo_share(sid, first_unit, n_units) >= bank.echo_share_min
+        ):
+            abstained = Abstention.ECHO  # its speech is mostly the internal leg's echo
         elif quality.net_speech_s < spec.min_net_speech_s:
             abstained = Abstention.TOO_LITTLE_SPEECH
         if abstained is not None:
