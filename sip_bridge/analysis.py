@@ -43,6 +43,7 @@ from detectors.alert_schema import (
 )
 from detectors.bus.coverage_objective import CoverageTracker
 from detectors.bus.numbers import NumberVault
+from detectors.bus.policy import Scope
 from detectors.contract import WindowResult
 from detectors.runtime import DetectorRuntime
 from native.ingest import Ingest, PulledFrames
@@ -128,7 +129,9 @@ class Analysis:
 
     def admit(self, call: Call) -> str:
         """ "" to analyse the call, or why not; raises CapacityError to refuse it."""
-        decision = self.runtime.open_call(call.call_id, call.correlation_id)
+        # the alert policy's scope: DNIS (queue and tenant: not known to the bridge yet)
+        scope = Scope(dnis=call.dnis or None)
+        decision = self.runtime.open_call(call.call_id, call.correlation_id, scope=scope)
         if decision.analysed:
             self._windows.open(call.call_id)
             self._admitted.add(call.call_id)

@@ -29,6 +29,7 @@ from detectors.bus.coverage_objective import CoverageRule, CoverageTracker, Obje
 from detectors.bus.embedded import EmbeddedRedis, Supervisor
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
+from detectors.bus.policy_watch import PolicyWatcher
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.settings import BusSettings
 from detectors.contract import Detector
@@ -152,6 +153,10 @@ class Wiring:
             on_result=self.windows.on_result,
             stage=self.biometrics.stage if self.biometrics else None,
         )
+        # the alert policy from Redis, swapped into fusion when an admin changes it
+        self.policy_watch = PolicyWatcher(
+            self.client, Keys(self.bus_settings.key_prefix), self.runtime.set_policy
+        )
         self.analysis: Analysis | None = None
         self.http: StatusServer | None = None
         self._alive: Callable[[], bool] = lambda: False
@@ -198,6 +203,7 @@ class Wiring:
         503 on /ready meanwhile), then the models' pre-warm."""
         self._alive = alive
         self.bus.start()
+        self.policy_watch.start()  # the stored policy before the first call
         if self.biometrics is not None:
             self.biometrics.start()
         if self.supervisor is not None:
@@ -220,6 +226,7 @@ class Wiring:
         if self.http is not None:
             self.http.close()
         self.runtime.close()
+        self.policy_watch.close()
         if self.biometrics is not None:
             self.biometrics.close()
         self.bus.close(timeout_s=5.0)
@@ -239,7 +246,8 @@ class Wiring:
             "outbox_writable": self._outbox_writable(),
         }
         ok = checks["models_warm"] and (checks["redis"] or checks["outbox_writable"])
-        return ok, {"checks": checks, "detectors": len(self.detectors)}
+        details = {"checks": checks, "detectors": len(self.detectors)}
+        return ok, details | {"policy_version": self.runtime.policy.version}
 
     def alive(self) -> tuple[bool, dict[str, Any]]:
         ticks = self.analysis.ticks if self.analysis is not None else 0
@@ -290,6 +298,19 @@ class _BridgeCollector(Collector):
         yield GaugeMetricFamily(
             "callshield_calls_live", "Calls live on this bridge", a.live_calls if a else 0
         )
+        pw = self._w.policy_watch.stats
+        info = GaugeMetricFamily(
+            "callshield_policy_info",
+            "The alert policy in force (1, by version)",
+            labels=["version"],
+        )
+        info.add_metric([self._w.runtime.policy.version], 1)
+        yield info
+        for name, value, text in (
+            ("policy_reloads", pw.reloads, "Alert policies swapped in from Redis"),
+            ("policy_rejected", pw.rejected, "Stored alert policies refused (kept the old)"),
+        ):
+            yield CounterMetricFamily(f"callshield_{name}", text, value=value)
 
     def describe(self) -> Iterator[Any]:
         return iter(())

@@ -8,7 +8,9 @@ Scopes, most specific first, resolved per dimension::
 
     tenants[t].queues[q]  ->  tenants[t].dnis[d]  ->  tenants[t]  ->  dimensions  ->  default
 
-A scope that does not name a dimension leaves it to the next one. Early media never
+A scope that does not name a dimension leaves it to the next one; the top-level
+``dimensions`` table is laid over the built-in one (a policy that names only
+synthetic_voice still keeps speech_activity from alerting). Early media never
 alerts: ``early_media_alerts`` exists so that a policy saying otherwise is refused.
 
 ``version`` is ``<counter>-<hash>``: the counter Redis hands out when the policy is
@@ -22,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -122,6 +124,15 @@ class PolicyBody(_Data):
     dimensions: DimensionRules = Field(default_factory=_builtin_dimensions)
     tenants: dict[TenantName, TenantPolicy] = Field(default_factory=dict, max_length=MAX_SCOPES)
     early_media_alerts: Literal[False] = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _over_builtin(cls, data: Any) -> Any:
+        """Dimensions a policy does not name keep their built-in rule (speech_activity
+        gates, it does not alert), not the policy's ``default``."""
+        if isinstance(data, dict) and isinstance(data.get("dimensions"), dict):
+            data = {**data, "dimensions": {**_builtin_dimensions(), **data["dimensions"]}}
+        return data
 
     def content_hash(self) -> str:
         body = self.model_dump(mode="json", exclude={"version"})

@@ -67,6 +67,7 @@ class PolicyWatcher:
         """One poll; True when a new policy was applied."""
         try:
             version = read_version(self._r, self._k)
+            self._redis_down = False
             if version == self._seen:
                 return False  # (None at start: nothing stored, the built-in policy runs)
             policy = read_policy(self._r, self._k) or Policy()
@@ -81,7 +82,6 @@ class PolicyWatcher:
             self.stats.rejected += 1
             log.error("stored policy %s refused (%s); %s stays", version, exc, self.stats.version)
             return False
-        self._redis_down = False
         self._seen = version
         if policy.version == self.stats.version:
             return False

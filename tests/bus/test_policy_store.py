@@ -119,6 +119,16 @@ def test_version_is_counter_and_content_hash() -> None:
     assert Policy().for_dimension(VM).max_band is Band.ELEVATED
 
 
+def test_dimensions_a_policy_does_not_name_keep_their_built_in_rule() -> None:
+    only_sv = PolicyBody.model_validate({"dimensions": {"synthetic_voice": {"threshold": 0.7}}})
+    assert not only_sv.for_dimension(Dimension.SPEECH_ACTIVITY).alerting
+    assert only_sv.for_dimension(VM) == Policy().for_dimension(VM)
+    assert only_sv.for_dimension(SV).threshold == 0.7
+    assert only_sv.for_dimension(Dimension.REPLAY) == only_sv.default
+    loud = PolicyBody.model_validate({"dimensions": {"speech_activity": {"alerting": True}}})
+    assert loud.for_dimension(Dimension.SPEECH_ACTIVITY).alerting  # named: the admin's rule
+
+
 def _store_apply(url: str, body: PolicyBody, base: str | None = None) -> Policy:
     async def go() -> Policy:
         r = redis.asyncio.Redis.from_url(url)
