@@ -7,11 +7,12 @@ benchmarks and tools that protect or unprotect packets themselves.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from native import ffi, lib
 
-__all__ = ["SRTP_ERRORS", "SRTP_SUITES", "SrtpContext", "key_length", "suite_code"]
+__all__ = ["SRTP_ERRORS", "SRTP_SUITES", "SrtpContext", "SrtpKey", "key_length", "suite_code"]
 
 # a=crypto suite names (RFC 4568 6.2, RFC 7714 14.2) -> CS_SRTP_* codes, best first.
 SRTP_SUITES: Final = {
@@ -26,6 +27,22 @@ SRTP_ERRORS: Final = {
     int(lib.CS_SRTP_ERR_REPLAY): "replay",
     int(lib.CS_SRTP_ERR_NO_KEY): "no_key",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class SrtpKey:
+    """What one direction of an SDES-keyed stream needs: the suite, master key || master
+    salt, and the MKI its packets carry (b"": none). Never logged (repr hides the key)."""
+
+    suite: str
+    key_salt: bytes = field(repr=False)
+    mki: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.key_salt) != key_length(self.suite):
+            raise ValueError(f"{self.suite} needs a {key_length(self.suite)}-byte key and salt")
+        if len(self.mki) > int(lib.CS_SRTP_MAX_MKI):
+            raise ValueError(f"MKI longer than {int(lib.CS_SRTP_MAX_MKI)} bytes")
 
 
 def suite_code(suite: str) -> int:

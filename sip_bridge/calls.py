@@ -27,6 +27,7 @@ from typing import Literal, Protocol
 
 from detectors.alert_schema import CallEvent, LegRole
 from native.ingest import PayloadType
+from native.srtp import SrtpKey
 from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.offer_answer import NegotiatedStream
@@ -42,7 +43,12 @@ class MediaBackend(Protocol):
         leg_id: str,
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
+        srtp: SrtpKey | None = None,
     ) -> int: ...
+
+    def set_srtp(self, leg_id: str, srtp: SrtpKey | None) -> bool:
+        """SDES re-key (True when the key changed); None: plain RTP."""
+        ...
 
     def update_leg(
         self,
@@ -362,7 +368,7 @@ class CallController:
             source = (s.remote_host, 0) if s.remote_host else None
             if leg is None:
                 leg_id = f"{call.call_id}.{s.index}"
-                port = self.media.open_leg(leg_id, pts, source)
+                port = self.media.open_leg(leg_id, pts, source, s.srtp)
                 leg = Leg(
                     leg_id, s.index, s.label, LegRole.UNKNOWN, "m_line_guess", s.codec, port, remote
                 )
@@ -375,6 +381,8 @@ class CallController:
                 if remote != leg.remote or tuple(pts) != leg.payload_types:
                     self.media.update_leg(leg.leg_id, pts, source)
                 leg.remote, leg.codec, leg.label = remote, s.codec, s.label
+                if self.media.set_srtp(leg.leg_id, s.srtp):
+                    log.info("leg %s re-keyed (SRTP)", leg.leg_id)
                 leg.payload_types = tuple(pts)
                 if leg.paused == s.peer_sends:
                     self.media.set_paused(leg.leg_id, not s.peer_sends)

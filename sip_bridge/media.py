@@ -7,6 +7,10 @@ loop (signalling), which adds, changes and removes legs. Every ``Ingest`` call g
 through one lock, so the playout thread and signalling never race on the stream table.
 Freed ports are quarantined (DESIGN §8: at least twice the RTP timeout) before reuse.
 
+A leg keyed by SDES (RTP/SAVP) carries the remote's SRTP key: its ingest stream then
+authenticates and decrypts in C before parsing; the key survives a stream re-created for
+a new payload-type table, and a new key (re-INVITE) re-keys the stream.
+
 Legs of transports without a UDP socket of ours (WebRTC, media WebSockets, AudioSocket)
 are *pushed* legs: the adapter pushes into the same kind of ingest stream, outside the
 table lock (the C stream mutex orders it against the pull).
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from native.ingest import Ingest, IngestError, PayloadType, PulledFrames
+from native.srtp import SrtpKey
 
 log = logging.getLogger(__name__)
 FRAME_NS = 20_000_000
@@ -138,6 +143,7 @@ class _Leg:
     payload_types: tuple[PayloadType, ...]
     created_ns: int
     pushed: PushedLeg | None = None
+    srtp: SrtpKey | None = None
 
 
 class MediaEngine:
@@ -172,8 +178,10 @@ class MediaEngine:
         leg_id: str,
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
+        srtp: SrtpKey | None = None,
     ) -> int:
-        """Bind a port from the range and attach an ingest stream; returns the port."""
+        """Bind a port from the range and attach an ingest stream (SRTP-keyed when
+        ``srtp`` is given, before any packet can reach it); returns the port."""
         now = time.monotonic()
         for _ in range(8):
             port = self._ports.take(now)
@@ -193,8 +201,10 @@ class MediaEngine:
         pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
         try:
             with self._lock:
-                sid = self._add(sock, pts, expected_source)
-                self._legs[leg_id] = _Leg(leg_id, port, sock, sid, pts, time.monotonic_ns())
+                sid = self._add(sock, pts, expected_source, srtp)
+                self._legs[leg_id] = _Leg(
+                    leg_id, port, sock, sid, pts, time.monotonic_ns(), srtp=srtp
+                )
                 self._by_stream[sid] = leg_id
         except Exception:
             sock.close()
@@ -220,14 +230,25 @@ class MediaEngine:
         return handle
 
     def _add(
-        self, sock: socket.socket, pts: Sequence[PayloadType], source: tuple[str, int] | None
+        self,
+        sock: socket.socket,
+        pts: Sequence[PayloadType],
+        source: tuple[str, int] | None,
+        srtp: SrtpKey | None,
     ) -> int:
         try:
-            return self._ingest.add_stream(
+            sid = self._ingest.add_stream(
                 sock, payload_types=pts, max_delay_ms=self._max_delay_ms, expected_source=source
             )
         except OSError as exc:
             raise CapacityError(f"ingest refused the stream: {exc}") from None
+        if srtp is not None:
+            try:
+                self._ingest.set_srtp(sid, srtp.suite, srtp.key_salt, srtp.mki)
+            except (OSError, ValueError):
+                self._ingest.remove_stream(sid)
+                raise
+        return sid
 
     def update_leg(
         self,
@@ -245,13 +266,29 @@ class MediaEngine:
             if pts != leg.payload_types:
                 self._ingest.remove_stream(leg.stream_id)
                 del self._by_stream[leg.stream_id]
-                leg.stream_id = self._add(leg.sock, pts, expected_source)
+                leg.stream_id = self._add(leg.sock, pts, expected_source, leg.srtp)
                 leg.payload_types = pts
                 self._by_stream[leg.stream_id] = leg_id
                 return
             if expected_source is not None:
                 self._ingest.expect_source(leg.stream_id, *expected_source)
             self._ingest.rearm(leg.stream_id, time.monotonic_ns())
+
+    def set_srtp(self, leg_id: str, srtp: SrtpKey | None) -> bool:
+        """The leg's SRTP key from a new offer: a new key re-keys its stream (index and
+        replay window restart), the same key keeps them, None makes it plain RTP.
+        Returns True when the stream was re-keyed."""
+        with self._lock:
+            leg = self._legs[leg_id]
+            if leg.sock is None:
+                raise ValueError(f"{leg_id} is a pushed leg: its adapter owns its media")
+            if srtp == leg.srtp:
+                return False
+            leg.srtp = srtp
+            if srtp is None:
+                self._ingest.set_srtp(leg.stream_id, None)
+                return False
+            return self._ingest.set_srtp(leg.stream_id, srtp.suite, srtp.key_salt, srtp.mki)
 
     def set_paused(self, leg_id: str, paused: bool) -> None:
         with self._lock:

@@ -2,6 +2,11 @@
 
 Each audio m= line of the offer becomes a stream we accept (one leg) when it offers at
 least one audio codec the native core decodes; anything else is rejected with port 0.
+RTP/SAVP and RTP/SAVPF lines (SRTP keyed by SDES, RFC 4568) are accepted when one of
+their a=crypto lines is usable (sip_bridge.sip.sdes): the stream carries the remote's
+key to its leg and the answer a crypto line of ours; without one the line is rejected
+(and an offer with nothing else acceptable gets 488). DTLS-SRTP (UDP/TLS/RTP/SAVP) is
+not offered by the SBCs and PBXs we attach to here and is rejected.
 We only ever receive: the answer's direction is ``recvonly`` when the peer sends,
 ``inactive`` when it does not (its own ``recvonly``/``inactive``, i.e. hold/pause).
 Codecs are answered in the offer's order (the sender's preference: a monitor has no
@@ -10,9 +15,11 @@ reason to steer it), limited to what we decode, plus telephone-event and CN when
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
+from native.srtp import SrtpKey
+from sip_bridge.sip.sdes import CryptoLine, answer_value, choose
 from sip_bridge.sip.sdp import MediaDescription, RtpMap, SessionDescription
 
 # What the native core decodes (native/jitter.py's codec table), as (encoding, RTP clock):
@@ -37,6 +44,13 @@ class NegotiatedStream:
     remote_direction: str = "sendrecv"
     label: str | None = None
     ptime: int | None = None
+    crypto: CryptoLine | None = field(default=None, repr=False)  # SDES: what we receive with
+    reject_reason: str = ""
+
+    @property
+    def srtp(self) -> SrtpKey | None:
+        """The remote's SRTP key for this stream's leg (None: plain RTP)."""
+        return self.crypto.key() if self.crypto is not None else None
 
     @property
     def codec(self) -> str:
@@ -63,6 +77,9 @@ def negotiate(
     for i, m in enumerate(offer.media):
         out.append(_negotiate_one(offer, i, m, audio_codecs))
     if not any(s.accepted for s in out):
+        srtp = [s.reject_reason for s in out if s.reject_reason]
+        if srtp:
+            raise NotAcceptableError(f"no usable SRTP key: {srtp[0]}")
         raise NotAcceptableError("no audio stream with a codec we decode")
     return out
 
@@ -74,10 +91,15 @@ def _negotiate_one(
     audio_codecs: frozenset[tuple[str, int]],
 ) -> NegotiatedStream:
     rejected = NegotiatedStream(index, False, label=m.label)
-    if m.media != "audio" or m.port == 0 or "RTP/AVP" not in m.proto.upper():
+    proto = m.proto.upper()
+    secure = proto in ("RTP/SAVP", "RTP/SAVPF")
+    if m.media != "audio" or m.port == 0 or not (secure or "RTP/AVP" in proto):
         return rejected
-    if "SAVP" in m.proto.upper():
-        return rejected  # SRTP needs keys we do not handle (yet)
+    crypto = None
+    if secure:
+        crypto, why = choose([v for n, v in m.attributes if n == "crypto" and v])
+        if crypto is None:
+            return NegotiatedStream(index, False, label=m.label, reject_reason=why)
     maps = m.rtpmaps
     chosen = [p for p in maps.values() if (p.encoding.upper(), p.clock_rate) in audio_codecs]
     if not chosen:
@@ -93,6 +115,7 @@ def _negotiate_one(
         offer.media_direction(m),
         m.label,
         m.ptime,
+        crypto,
     )
 
 
@@ -133,6 +156,8 @@ def build_answer(
             media.lines.append(("a", f"label:{stream.label}"))
         if stream.ptime is not None:
             media.lines.append(("a", f"ptime:{stream.ptime}"))
+        if stream.crypto is not None:
+            media.lines.append(("a", f"crypto:{answer_value(stream.crypto)}"))
         media.lines.append(("a", stream.answer_direction))
         answer.media.append(media)
     return answer

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from sip_wire import SDP_OFFER, crlf
 
 from native.ingest import PayloadType
+from native.srtp import SrtpKey
 from sip_bridge.calls import CallController, MemoryPublisher
 from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.message import Headers, SipParseError, SipResponse, parse_message
@@ -33,6 +34,7 @@ class FakeMedia:
         leg_id: str,
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
+        srtp: SrtpKey | None = None,
     ) -> int:
         if len(self.legs) >= self.capacity:
             raise CapacityError("full")
@@ -43,6 +45,7 @@ class FakeMedia:
             "pts": list(payload_types),
             "source": expected_source,
             "paused": False,
+            "srtp": srtp,
         }
         self.log.append(("open", leg_id))
         return port
@@ -55,6 +58,13 @@ class FakeMedia:
     ) -> None:
         self.legs[leg_id].update(pts=list(payload_types), source=expected_source)
         self.log.append(("update", leg_id))
+
+    def set_srtp(self, leg_id: str, srtp: SrtpKey | None) -> bool:
+        changed = srtp is not None and srtp != self.legs[leg_id]["srtp"]
+        self.legs[leg_id]["srtp"] = srtp
+        if changed:
+            self.log.append(("rekey", leg_id))
+        return changed
 
     def set_paused(self, leg_id: str, paused: bool) -> None:
         self.legs[leg_id]["paused"] = paused
