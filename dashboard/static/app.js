@@ -66,8 +66,14 @@
         const b = document.createElement("button"); b.textContent = label; b.dataset.act = act;
         Object.assign(b.dataset, extra || {}); actions.append(b);
       };
+      const input = (name, placeholder, size) => {
+        const i = document.createElement("input"); i.dataset.input = name; i.placeholder = placeholder;
+        i.setAttribute("aria-label", name); i.size = size; actions.append(i); return i;
+      };
       add("Ack", "ack"); add("Fraud", "label", { label: "true_positive" });
       add("Not fraud", "label", { label: "false_positive" });
+      input("assignee", "assign to", 8).setAttribute("list", "users"); add("Assign", "assign");
+      input("comment", "comment", 10); add("Add", "comment");
     }
     row.append(actions); return row;
   }

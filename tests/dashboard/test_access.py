@@ -267,6 +267,8 @@ def test_call_data_is_never_cached_and_headers_are_strict(dash: Dash) -> None:
         assert resp.headers["cache-control"] == "no-store", path
         assert "script-src 'self'" in resp.headers["content-security-policy"]
         assert resp.headers["x-frame-options"] == "DENY"
+        # not no-referrer: Chromium then sends `Origin: null` on form posts (logout)
+        assert resp.headers["referrer-policy"] == "same-origin"
     static = dash.client.get("/static/app.js")
     assert static.status_code == 200 and "no-store" not in static.headers.get("cache-control", "")
 
