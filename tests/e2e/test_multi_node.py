@@ -1,0 +1,293 @@
+"""Two real bridge processes on one Redis, with the dashboard and the webhook dispatcher.
+
+`callshield bridge` twice (node-a, node-b: their own SIP, RTP and HTTP ports and state
+directories, the dev fixture models), one real redis-server, `callshield dashboard` and
+`callshield webhooks run` as processes, and a real webhook receiver. SIPp places SIPREC
+calls of real speech (on the external stream) into both bridges; the calls whose audio
+carries the synthetic-voice fixture's marker tone raise alerts. Then node-b is killed
+with SIGKILL mid-call.
+
+What must hold:
+- the dashboard lists the live calls of both nodes and the alerts of both (node_id);
+- the dispatcher delivers every alert revision in Redis exactly once;
+- after node-b dies, node-a's call goes on, ends normally (BYE), and its alerts get
+  their final revision, delivered once;
+- node-b's call: nothing ends it. No process watches for dead nodes, so its call stays
+  listed as live with its last state ("started") and its alert stays at its last
+  revision (the bridge's RTP timeout lives in the dead process). This test pins that
+  down: a node-liveness reaper would change these assertions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import pytest
+import redis
+from bridge_runner import free_udp_port, load_speech, wait_for
+from cryptography.fernet import Fernet
+from rtp_pcap import write_rtp_pcap
+
+from detectors.alert_schema import Alert, CallEvent, event_id
+from detectors.bus.codec import decode
+from detectors.bus.keys import Keys
+from detectors.bus.redis_server import RedisServer, free_port
+from detectors.fixture_models import MARKER_HZ
+from tests.bus.receiver import Receiver
+
+PREFIX = "mn:"
+CALL_S = {"long": 9.0, "short": 2.0}
+SIPREC = Path(__file__).resolve().parents[1] / "sip/scenarios/uac_siprec.xml"
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sip_bridge.cli", *args]
+
+
+class Proc:
+    """A callshield process with its log in a file (never a pipe nobody drains)."""
+
+    def __init__(
+        self, name: str, cmd: list[str], env: dict[str, str], logs: Path, cwd: Path | None = None
+    ) -> None:
+        self.name, self.log = name, logs / f"{name}.log"
+        with self.log.open("wb") as out:
+            self.p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+
+    def tail(self) -> str:
+        return f"--- {self.name} ---\n" + self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(15)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+
+
+class Node:
+    def __init__(self, name: str, env: dict[str, str], tmp: Path, rtp_base: int) -> None:
+        self.name, self.sip_port, self.http_port = name, free_udp_port(), free_port()
+        node_env = {
+            **env,
+            "CALLSHIELD_NODE_ID": name,
+            "CALLSHIELD_STATE_DIR": str(tmp / name),
+            "CALLSHIELD_SIP_LISTEN": f"127.0.0.1:{self.sip_port}",
+            "CALLSHIELD_RTP_PORTS": f"{rtp_base}-{rtp_base + 49}",
+            "CALLSHIELD_HTTP_LISTEN": f"127.0.0.1:{self.http_port}",
+            "CALLSHIELD_API_LISTEN": "",
+            "CALLSHIELD_DEV_FIXTURE_MODELS": "tiny",
+            "CALLSHIELD_DRAIN_TIMEOUT_S": "3",
+        }
+        self.proc = Proc(name, _cli("bridge"), node_env, tmp)
+
+    def ready(self) -> bool:
+        assert self.proc.p.poll() is None, self.proc.tail()
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.http_port}/ready", timeout=1).is_success
+        except httpx.HTTPError:
+            return False
+
+
+def _marked(speech: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+    t = np.arange(speech.size) / 8000
+    tone = 32768 * 10 ** (-20 / 20) * np.sin(2 * np.pi * MARKER_HZ * t)
+    return np.clip(speech + tone, -32768, 32767).astype(np.int16)
+
+
+def _sipp(node: Node, workdir: Path, audio: npt.NDArray[np.int16], seconds: float) -> Proc:
+    workdir.mkdir()
+    write_rtp_pcap(workdir / "speech.pcap", audio, ssrc=0x5EED00 + node.sip_port)
+    scenario = SIPREC.read_text()  # external stream 1 plays the pcap, internal 2 is silent
+    assert '<pause milliseconds="2600"/>' in scenario
+    pause = f'<pause milliseconds="{int(seconds * 1000)}"/>'
+    (workdir / "call.xml").write_text(scenario.replace('<pause milliseconds="2600"/>', pause))
+    sipp = shutil.which("sipp")
+    assert sipp, "SIPp (Debian sip-tester) is required: .ci/install.sh installs it"
+    cmd = [sipp, "-sf", "call.xml", "-i", "127.0.0.1", "-p", str(free_udp_port())]
+    cmd += ["-mp", str(free_udp_port()), "-m", "1", "-timeout", "25s", "-nostdin"]
+    cmd += ["-set", "port2", str(free_udp_port())]
+    cmd += [f"127.0.0.1:{node.sip_port}"]
+    return Proc("sipp", cmd, dict(os.environ), workdir, cwd=workdir)
+
+
+def _stream(client: redis.Redis, key: str) -> list[Any]:
+    return [decode(fields) for _, fields in client.xrange(key)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, Any]]:
+    env = {
+        **os.environ,
+        "CALLSHIELD_REDIS_URL": redis_server.url,
+        "CALLSHIELD_KEY_PREFIX": PREFIX,
+        "CALLSHIELD_MODELS_DIR": str(tmp_path / "no-models"),
+        "CALLSHIELD_WEBHOOK_KEY": Fernet.generate_key().decode(),
+        "CALLSHIELD_WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
+    }
+    receiver = Receiver()
+    with ExitStack() as stack:
+        stack.callback(receiver.close)
+        added = subprocess.run(
+            _cli("webhooks", "add", receiver.url, "--allow-private"),
+            env={**env, "CALLSHIELD_STATE_DIR": str(tmp_path / "cli")},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert added.returncode == 0, added.stderr
+        receiver.secrets = [added.stdout.split("shown once): ")[1].strip()]
+        dash_env = {**env, "CALLSHIELD_STATE_DIR": str(tmp_path / "dashboard")}
+        key = subprocess.run(
+            _cli("dashboard", "create-api-key", "multi-node"),
+            env=dash_env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+        base = 41000 + (os.getpid() % 40) * 100
+        nodes = [Node("node-a", env, tmp_path, base), Node("node-b", env, tmp_path, base + 50)]
+        dash_port = free_port()
+        procs = [n.proc for n in nodes] + [
+            Proc(
+                "dashboard",
+                _cli("dashboard", "--listen", f"127.0.0.1:{dash_port}"),
+                dash_env,
+                tmp_path,
+            ),
+            Proc(
+                "webhooks",
+                _cli("webhooks", "run"),
+                {**env, "CALLSHIELD_STATE_DIR": str(tmp_path / "wh"), "CALLSHIELD_NODE_ID": "wh"},
+                tmp_path,
+            ),
+        ]
+        for p in procs:
+            stack.callback(p.stop)
+        dash = httpx.Client(
+            base_url=f"http://127.0.0.1:{dash_port}",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=5,
+        )
+        stack.callback(dash.close)
+
+        def up() -> bool:
+            try:
+                ok = dash.get("/health").status_code < 500
+            except httpx.HTTPError:
+                ok = False
+            return all(n.ready() for n in nodes) and ok
+
+        assert wait_for(up, 30), "\n".join(p.tail() for p in procs)
+        client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
+        stack.callback(client.close)
+        try:
+            yield {"nodes": nodes, "dash": dash, "receiver": receiver, "redis": client}
+        except BaseException:
+            print("\n".join(p.tail() for p in procs))
+            raise
+
+
+def test_two_bridges_one_redis_dashboard_webhooks_and_a_killed_node(
+    cluster: dict[str, Any], shared_dir: Path, tmp_path: Path
+) -> None:
+    node_a, node_b = cluster["nodes"]
+    dash: httpx.Client = cluster["dash"]
+    receiver: Receiver = cluster["receiver"]
+    client: redis.Redis = cluster["redis"]
+    keys = Keys(PREFIX)
+    speech = load_speech(shared_dir, CALL_S["long"])
+    short = load_speech(shared_dir, CALL_S["short"], skip=20)
+    calls = {
+        # a long marked call on each node, and a short genuine one
+        "a-long": _sipp(node_a, tmp_path / "a-long", _marked(speech), CALL_S["long"]),
+        "b-long": _sipp(node_b, tmp_path / "b-long", _marked(speech), CALL_S["long"]),
+        "a-short": _sipp(node_a, tmp_path / "a-short", short, CALL_S["short"]),
+        "b-short": _sipp(node_b, tmp_path / "b-short", short, CALL_S["short"]),
+    }
+    try:
+        _run(calls, node_a, node_b, dash, receiver, client, keys)
+    finally:
+        for p in calls.values():
+            p.stop()
+
+
+def _alerts(client: redis.Redis, keys: Keys) -> list[Alert]:
+    return [m for m in _stream(client, keys.alerts) if isinstance(m, Alert)]
+
+
+def _events(client: redis.Redis, keys: Keys) -> list[CallEvent]:
+    return [m for m in _stream(client, keys.events) if isinstance(m, CallEvent)]
+
+
+def _run(
+    calls: dict[str, Proc],
+    node_a: Node,
+    node_b: Node,
+    dash: httpx.Client,
+    receiver: Receiver,
+    client: redis.Redis,
+    keys: Keys,
+) -> None:
+    # both nodes raise an alert on their marked call while it is live
+    def alert_nodes() -> set[str]:
+        return {a["node_id"] for a in dash.get("/api/v1/alerts").json()}
+
+    assert wait_for(lambda: alert_nodes() == {"node-a", "node-b"}, 15), alert_nodes()
+    by_node = {a.node_id: a.call_id for a in _alerts(client, keys)}
+    live = {c["call_id"]: c for c in dash.get("/api/v1/calls").json()}
+    assert {by_node["node-a"], by_node["node-b"]} <= set(live)  # both nodes' live calls
+    assert live[by_node["node-b"]]["state"] != "ended" and live[by_node["node-b"]]["alerts"] == 1
+
+    # the short genuine calls end on both nodes, with no alert
+    assert wait_for(lambda: calls["a-short"].p.poll() is not None, 15)
+    assert wait_for(lambda: calls["b-short"].p.poll() is not None, 15)
+    assert calls["a-short"].p.returncode == 0 and calls["b-short"].p.returncode == 0
+    assert wait_for(lambda: sum(e.event == "ended" for e in _events(client, keys)) == 2, 10)
+    ended_short = {e.call_id for e in _events(client, keys) if e.event == "ended"}
+    assert not ended_short & set(by_node.values())
+
+    # node-b dies mid-call
+    node_b.proc.p.send_signal(signal.SIGKILL)
+    node_b.proc.p.wait(5)
+    b_call, a_call = by_node["node-b"], by_node["node-a"]
+    b_revisions = {(a.alert_id, a.revision) for a in _alerts(client, keys) if a.call_id == b_call}
+
+    # node-a's call goes on and ends by its BYE; its alert gets the final revision
+    assert wait_for(lambda: calls["a-long"].p.poll() is not None, 20), calls["a-long"].tail()
+    assert calls["a-long"].p.returncode == 0, calls["a-long"].tail()
+    assert wait_for(
+        lambda: any(e.call_id == a_call and e.event == "ended" for e in _events(client, keys)), 10
+    )
+    a_alerts = [a for a in _alerts(client, keys) if a.call_id == a_call]
+    assert a_alerts[-1].call_state.value == "ended" and len({a.alert_id for a in a_alerts}) == 1
+
+    # every alert revision in Redis, of both nodes, delivered exactly once
+    published = {event_id(a) for a in _alerts(client, keys)}
+    assert wait_for(lambda: set(receiver.first) == published, 10), (published, receiver.first)
+    assert receiver.duplicates == 0 and receiver.bad_signatures == 0
+    assert {p["data"]["node_id"] for p in receiver.first.values()} == {"node-a", "node-b"}
+
+    # the dead node's call: still listed live, its alert frozen at its last revision
+    live = {c["call_id"]: c for c in dash.get("/api/v1/calls").json()}
+    assert a_call not in live and b_call in live
+    assert live[b_call]["state"] == "started"
+    assert {(a.alert_id, a.revision) for a in _alerts(client, keys) if a.call_id == b_call} == (
+        b_revisions
+    )
+    assert not any(e.call_id == b_call and e.event == "ended" for e in _events(client, keys))
+    assert node_a.ready()  # the survivor is unaffected
