@@ -145,6 +145,14 @@ ATTACH_IDS: dict[str, tuple[str | None, dict[str, str]]] = {
     "freeswitch_audio_fork": ("5f1e8a4c-fs", {"freeswitch": "5f1e8a4c-fs"}),
     "jambonz_listen": ("b2a3c4d5-jb", {"jambonz": "b2a3c4d5-jb", "direction": "inbound"}),
     "webrtc_whip": (None, {"call_id": "cc-4711", "queue": "fraud-desk"}),  # X-CallShield-*
+    "amazon_connect": (
+        "d111f871-5fe7-40b1-b5f7-6b67060de0c2",  # InitialContactId: transfers keep it
+        {
+            "connect": "d111f871-5fe7-40b1-b5f7-6b67060de0c2",
+            "connect_instance": "d5b716a2-10bb-45cb-bf7f-01a9864be591",
+            "connect_initial": "d111f871-5fe7-40b1-b5f7-6b67060de0c2",
+        },
+    ),
 }
 
 
