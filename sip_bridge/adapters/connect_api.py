@@ -83,6 +83,9 @@ class ContactCreate(BaseModel):
     start_fragment: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,128}$")] | None = Field(
         None, description="MediaStreams.Customer.Audio.StartFragmentNumber"
     )
+    start_timestamp: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,20}$")] | None = Field(
+        None, description="MediaStreams.Customer.Audio.StartTimestamp (ms since the epoch)"
+    )
     instance_id: ConnectId | None = Field(None, description="the Connect instance (id or ARN)")
     initial_contact_id: ConnectId | None = Field(None, description="InitialContactId")
     ani: Text = Field("", description="customer's number (never logged)")
@@ -131,7 +134,9 @@ class ConnectContacts:
         (ContactId already monitored) leave nothing open."""
         if spec.contact_id in self._live:
             raise KeyError(spec.contact_id)
-        request = MediaRequest(spec.contact_id, spec.stream_arn, spec.start_fragment)
+        request = MediaRequest(
+            spec.contact_id, spec.stream_arn, spec.start_fragment, spec.start_timestamp
+        )
         media = self.source.open(request)  # checks the request first
         external_ids = {"connect": spec.contact_id}
         if spec.instance_id:

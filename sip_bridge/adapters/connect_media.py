@@ -42,7 +42,8 @@ CHUNK = 64 * 1024
 class MediaRequest:
     contact_id: str
     stream_arn: str
-    start_fragment: str | None = None
+    start_fragment: str | None = None  # KVS fragment number where the contact starts
+    start_timestamp: str | None = None  # its producer timestamp, ms since the epoch
 
 
 class MediaSourceError(Exception):
