@@ -122,6 +122,7 @@ def kvs_stream(
     base_ms: int = 1_726_677_688_724,
     first_fragment: int = 91343852333181531502161607852955530730504675150,
     contact_ids: Sequence[str] | None = None,
+    mime: str = "audio/L16;rate=8000;channels=1;",
 ) -> bytes:
     """GetMedia's body for a Connect stream: one fragment per entry of ``fragments``;
     raw ``bytes`` entries go into the Cluster as they are (unknown elements, faults).
@@ -183,7 +184,7 @@ def kvs_stream(
             for pair in (
                 ("ContactId", contact),
                 ("InstanceId", instance_id),
-                ("MimeType", "audio/L16;rate=8000;channels=1;"),
+                ("MimeType", mime),
                 (CUSTOMER, "1"),
                 (AGENT, "2"),
                 ("Events", "[]"),

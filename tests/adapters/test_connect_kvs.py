@@ -8,8 +8,9 @@ The fixture is built here (tests/adapters/kvs_fixture.py): real speech written b
 libavformat's Matroska muxer through PyAV, read back, and cut into KVS fragments with
 Connect's tracks and tags, a fragment of the stream's previous contact before the start
 fragment, a 100 ms gap, two reordered blocks and a duplicate. Malformed streams
-(truncated, an oversized element, an invalid ID, garbage, the stream moving on to
-another contact) end only their own contact, counted, while the good one plays on."""
+(truncated, an oversized element, an invalid ID, garbage, a MimeType tag that is not
+L16, the stream moving on to another contact) end only their own contact, counted, while
+the good one plays on; well-formed unknown elements are skipped and counted."""
 
 from __future__ import annotations
 
@@ -136,6 +137,8 @@ def test_connect_contact_two_legs_bit_exact_and_faults_stay_local(
         "c-odd": unknown,
         "c-moved": moved,
         "c-garbage": b"\x42\x86\x81\x01" + bad_id,  # not starting with an EBML header
+        # Connect's A_AAC tracks taken as PCM until the MimeType tag says otherwise
+        "c-mulaw": _stream([_previous_contact(), *short], "c-mulaw", mime="audio/PCMU;rate=8000"),
     }
     for name, data in captures.items():
         (tmp_path / "faults" / f"{name}.mkv").parent.mkdir(exist_ok=True)
@@ -211,6 +214,7 @@ def test_connect_contact_two_legs_bit_exact_and_faults_stay_local(
             "c-odd": "end_of_stream",
             "c-moved": "contact_changed",
             "c-garbage": "bad_media",
+            "c-mulaw": "bad_media",
         }
         stats = adapter_stats(bridge, "connect")
         assert stats["bad"] == {
@@ -218,12 +222,13 @@ def test_connect_contact_two_legs_bit_exact_and_faults_stay_local(
             "oversized": 1,
             "truncated": 1,
             "unexpected_element": 1,
+            "unsupported_format": 1,
         }
         assert stats["events"]["unknown_element"] == 2
         # one fragment of each stream's previous contact (garbage has none)
-        assert stats["events"]["fragment_skipped"] == 6
-        assert stats["calls_started"] == 7
-        assert stats["calls_ended"] == {"end_of_stream": 2, "bad_media": 4, "contact_changed": 1}
+        assert stats["events"]["fragment_skipped"] == 7
+        assert stats["calls_started"] == 8
+        assert stats["calls_ended"] == {"end_of_stream": 2, "bad_media": 5, "contact_changed": 1}
         assert stats["refused"] == {"contact_in_use": 1, "source_404": 1, "source_400": 2}
     finally:
         bridge.stop()
