@@ -26,6 +26,7 @@ from dashboard.live import LiveHub
 from dashboard.routes import (
     admin,
     alerts,
+    allowlist,
     auth,
     calls,
     manage_pages,
@@ -36,6 +37,7 @@ from dashboard.routes import (
 )
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
+from detectors.bus.allowlist import AllowlistStore
 from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.connect import async_client
 from detectors.bus.keys import Keys
@@ -93,6 +95,7 @@ def create_app(
             hub=hub,
             origins=settings.origins(),
             biometrics=BiometricsStore(client, keys),
+            allowlist=AllowlistStore(client, keys),
             webhooks=WebhookAdmin(client, keys, webhook_key, bus.webhook_allow_private_targets),
         )
         reader = asyncio.create_task(hub.run(), name="live-feed")
@@ -139,7 +142,7 @@ def create_app(
     app.include_router(system.health_router)
     app.include_router(pages.router)
     app.include_router(manage_pages.router)
-    routers = (auth, alerts, calls, admin, system, watchlist, webhooks)
+    routers = (auth, alerts, calls, admin, system, watchlist, webhooks, allowlist)
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)
     return app

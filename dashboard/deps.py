@@ -33,6 +33,7 @@ from dashboard.auth import (
 from dashboard.live import LiveHub
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
+from detectors.bus.allowlist import AllowlistStore
 from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.webhooks.admin import WebhookAdmin
 
@@ -57,6 +58,7 @@ class Context:
     hub: LiveHub
     origins: set[str]
     biometrics: BiometricsStore
+    allowlist: AllowlistStore
     webhooks: WebhookAdmin
 
     @property

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from detectors.admission import Admission, AdmissionConfig, Decision
 from detectors.alert_schema import LegRole
@@ -42,6 +42,14 @@ class ResultStage(Protocol):
     def end_call(self, call_id: str) -> None: ...
 
     def process(self, result: WindowResult) -> tuple[WindowResult, ...]: ...
+
+
+@runtime_checkable
+class DrainingStage(Protocol):
+    """A stage that may hold results back (e.g. until another detector's window over
+    the same audio is known): at hang-up it hands them over, before fusion closes."""
+
+    def drain(self, call_id: str) -> tuple[WindowResult, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +168,14 @@ class DetectorRuntime:
     def end_call(self, call_id: str) -> None:
         for sid in self._streams.pop(call_id, []):
             self.bank.remove_leg(sid)
+        held = self.stage.drain(call_id) if isinstance(self.stage, DrainingStage) else ()
         with self._lock:
+            for r in held:
+                self.fusion.on_result(r)
             self.fusion.end_call(call_id)
+        if self._on_result is not None:
+            for r in held:
+                self._on_result(r)
         if self.stage is not None:
             self.stage.end_call(call_id)
         self.admission.release(call_id)

@@ -12,7 +12,8 @@ engine's frame sink, the call controller's publisher and its admission.
 - Frames (playout thread, under the media engine's lock, so direct ``Ingest`` calls
   are safe here): every tick goes to the runtime in one call; legs are registered with
   its frame bank on this thread only (the bank is not thread-safe). The internal leg
-  is never registered: its audio never reaches a detector or a ring (DESIGN §2).
+  is never registered: its audio never reaches a detector or a ring (DESIGN §2); it
+  only feeds the echo gate's short envelope ring as the echo reference of its call.
   Jitter-buffer stats are read round-robin (every leg about twice a second) into the
   bank, so every score carries late packets and jitter.
 
@@ -45,6 +46,8 @@ from detectors.bus.coverage_objective import CoverageTracker
 from detectors.bus.numbers import NumberVault
 from detectors.bus.policy import Scope
 from detectors.contract import WindowResult
+from detectors.echo import EchoGate
+from detectors.replay.stage import ReplayStage
 from detectors.runtime import DetectorRuntime
 from native.ingest import Ingest, PulledFrames
 from sip_bridge.calls import Call
@@ -102,10 +105,16 @@ class Analysis:
         windows: WindowTally | None = None,
         coverage: CoverageTracker | None = None,
         numbers: NumberVault | None = None,
+        echo: EchoGate | None = None,
+        replay: ReplayStage | None = None,
     ) -> None:
-        """``windows`` must be the tally the runtime's ``on_result`` feeds."""
+        """``windows`` must be the tally the runtime's ``on_result`` feeds. ``echo``:
+        the gate fed every tick (external legs gated, internal legs its reference);
+        ``replay``: the replay stage, told each call's keyed ANI hash."""
         self.coverage = coverage
         self.numbers = numbers  # seals ANI/DNIS into call events (issue 11)
+        self.echo = echo
+        self.replay = replay
         self.runtime = runtime
         self.bus = bus
         self.ingest = ingest
@@ -157,6 +166,9 @@ class Analysis:
             if self.numbers is not None and (call.ani or call.dnis):
                 sealed = self.numbers.seal(call.call_id, call.ani, call.dnis)
                 event = event.model_copy(update={"numbers": sealed})
+        if self.replay is not None and event.event != "ended":
+            ani_hash = event.numbers.ani_hash if event.numbers is not None else ""
+            self.replay.annotate(call.call_id, ani_hash, call.correlation_id)
         self.bus.publish_event(event)
         if self.coverage is not None:
             for system_event in self.coverage.observe(event):
@@ -253,6 +265,8 @@ class Analysis:
                 self._reconcile(frames)
             self._frames.count(frames.infos["flag"], now_ns)
             self._read_stats(frames)
+            if self.echo is not None:  # before the bank's push: same tick number
+                self.echo.push(frames.ids, frames.pcm, self.runtime.bank.tick)
             self.runtime.on_frames(frames)
             self._tick += 1
         self.runtime.metrics.tick_lag.observe(max(0, time.monotonic_ns() - now_ns) / 1e9)
@@ -286,6 +300,30 @@ class Analysis:
             tally = self._tallies.get(leg_id)
             if tally is not None:
                 tally.analysed = True
+        self._sync_echo(sids)
+
+    def _sync_echo(self, sids: dict[str, int]) -> None:
+        """The echo gate's legs: analysed external legs, and internal legs as their
+        call's echo reference (DESIGN §2: used transiently, never analysed)."""
+        if self.echo is None:
+            return
+        want: dict[int, tuple[str, bool]] = {}
+        for leg_id, (call_id, role) in self._wanted.items():
+            sid = sids.get(leg_id)
+            if sid is None:
+                continue
+            if role is LegRole.INTERNAL:
+                want[sid] = (call_id, True)
+            elif role is LegRole.EXTERNAL and leg_id in self._registered:
+                want[sid] = (call_id, False)
+        have = self.echo.legs()
+        for sid, what in have.items():
+            if want.get(sid) != what:
+                self.echo.remove(sid)
+        for sid, (call_id, reference) in want.items():
+            if have.get(sid) != (call_id, reference):
+                add = self.echo.add_reference if reference else self.echo.add_target
+                add(call_id, sid)
 
     def _read_stats(self, frames: PulledFrames) -> None:
         rows = self._frames.rows

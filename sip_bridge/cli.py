@@ -15,6 +15,7 @@ from collections.abc import Sequence
 # subcommand -> module exposing add_parser(subparsers) and run(args) -> int
 _COMMANDS: dict[str, str] = {
     "bench": "sip_bridge.bench.cli",
+    "allowlist": "detectors.replay.allowlist_cli",
     "bridge": "sip_bridge.bridge",
     "coverage": "detectors.bus.coverage_cli",
     "dashboard": "dashboard.cli",

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     detector_workers: int = Field(default=2, ge=1)
     max_analysed_calls: int = Field(default=200, ge=0)
     dev_fixture_models: Literal["", "tiny", "full"] = ""
+    # audio provenance (DESIGN §2): the replay fingerprinter beside the installed models,
+    # and the echo gate masking the internal leg's audio leaking into the external leg
+    replay_detection: bool = True
+    echo_gate: bool = True
     control_api_token: SecretStr | None = None  # bearer token of the control API (RTP attach)
     # the HTTP/WebSocket API (control API, WHIP, media WebSockets): host:port, "" = off
     api_listen: str = "127.0.0.1:8180"

@@ -33,10 +33,14 @@ from detectors.bus.policy_watch import PolicyWatcher
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.settings import BusSettings
 from detectors.contract import Detector
+from detectors.echo import EchoGate
 from detectors.metrics import DetectorMetrics, render
 from detectors.model_store import ModelSettings, ModelStore
+from detectors.replay.detector import ReplayFingerprinter
+from detectors.replay.service import ReplayService, build_replay
 from detectors.runtime import DetectorRuntime, RuntimeConfig
 from detectors.speaker.settings import BiometricsSettings
+from detectors.stages import chain
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
 from sip_bridge.biometrics import Biometrics, build_biometrics
@@ -118,6 +122,8 @@ class Wiring:
         models = models or ModelSettings()
         if detectors is None:
             detectors = load_detectors(models, settings.dev_fixture_models)
+            if settings.replay_detection:
+                detectors.append(ReplayFingerprinter())  # numpy, no model file
         self.detectors = detectors
         self.client, self.supervisor = self._connect()
         self.biometrics: Biometrics | None = build_biometrics(
@@ -126,6 +132,9 @@ class Wiring:
             self.client,
             Keys(self.bus_settings.key_prefix),
             biometrics,
+        )
+        self.replay: ReplayService | None = build_replay(
+            detectors, self.client, Keys(self.bus_settings.key_prefix), self.bus_settings.node_id
         )
         self.bus = AlertPublisher(self.client, self.bus_settings)
         self.enricher = EnrichingPublisher(self.bus)
@@ -151,8 +160,15 @@ class Wiring:
             ),
             metrics=self.detector_metrics,
             on_result=self.windows.on_result,
-            stage=self.biometrics.stage if self.biometrics else None,
+            stage=chain(
+                [
+                    self.replay.stage if self.replay else None,
+                    self.biometrics.stage if self.biometrics else None,
+                ]
+            ),
         )
+        self.echo = EchoGate(max_legs=max(1, 2 * max_calls)) if settings.echo_gate else None
+        self.runtime.bank.echo = self.echo
         # the alert policy from Redis, swapped into fusion when an admin changes it
         self.policy_watch = PolicyWatcher(
             self.client, Keys(self.bus_settings.key_prefix), self.runtime.set_policy
@@ -191,6 +207,8 @@ class Wiring:
             self.windows,
             self.coverage,
             load_vault(self.bus_settings),
+            self.echo,
+            self.replay.stage if self.replay else None,
         )
         self.enricher.analysis = self.analysis
         self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)
@@ -206,6 +224,8 @@ class Wiring:
         self.policy_watch.start()  # the stored policy before the first call
         if self.biometrics is not None:
             self.biometrics.start()
+        if self.replay is not None:
+            self.replay.start()
         if self.supervisor is not None:
             self.supervisor.start()
             self._supervising = True
@@ -229,6 +249,8 @@ class Wiring:
         self.policy_watch.close()
         if self.biometrics is not None:
             self.biometrics.close()
+        if self.replay is not None:
+            self.replay.close()
         self.bus.close(timeout_s=5.0)
         if self.supervisor is not None and self._supervising:
             self.supervisor.stop()

@@ -10,11 +10,12 @@ read the alert stream through its consumer group without being able to ``XADD`` 
 
   bridge     writes alerts (Lua dedupe + XADD), scores, call events, call state and
              system events; reads watchlists, enrolments, mid-call updates and the
-             alert policy; owns fingerprints and ANI counters (planned shared
-             detector state)
+             alert policy; owns fingerprints (the shared ``fp:log``, allowlist
+             candidates) and ANI counters; reads the benign audio allowlist
   dashboard  reads alerts, scores, call events, call state and system events; owns
              ``dash:*`` (users, sessions, triage, labels, audit), the watchlists,
-             enrolments and the alert policy, and writes mid-call updates; manages
+             enrolments, the alert policy and the benign audio allowlist (and
+             confirms or rejects its candidates), and writes mid-call updates; manages
              webhook endpoints and replays dead letters (``wh:*`` but the attempt
              log, which it only reads); cannot write what the bridge owns
   webhooks   owns ``wh:*``; on the alert and system-event streams only its consumer
@@ -91,7 +92,9 @@ def components(prefix: str) -> dict[str, Component]:
     )
     # watchlists (with their version counters) and enrolments: the dashboard and
     # `callshield watchlist` write them, bridges only read; likewise mid-call updates
-    shared_ro = (k.watchlist("*"), k.enrolment("*", "*"), k.call_updates)
+    # likewise the benign audio allowlist (its candidates: bridges propose, the
+    # dashboard confirms or rejects)
+    shared_ro = (k.watchlist("*"), k.enrolment("*", "*"), k.call_updates, k.allowlist("*"))
     # the alert policy: admins change it on the dashboard, bridges read it (hot reload)
     policy = (k.policy, k.policy_version, k.policy_counter)
     shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
@@ -140,7 +143,8 @@ def components(prefix: str) -> dict[str, Component]:
             "dashboard",
             "web process: reads the bus, owns analysts' state and watchlists",
             Grant(
-                keys=_rw(dash, *shared_ro, *wh_manage, *policy) + _ro(*bus_state, k.wh_log),
+                keys=_rw(dash, *shared_ro, *wh_manage, *policy, k.allowlist_candidates("*"))
+                + _ro(*bus_state, k.wh_log),
                 commands=(
                     *_CONNECT,
                     *_TRANSACTIONS,

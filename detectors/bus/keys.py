@@ -20,6 +20,10 @@ Detector shared state: ``watchlist:<tenant>`` hash entry id -> entry JSON with i
 ``watchlist:<tenant>:version`` counter (bumped by every change: the bridges' caches
 reload on it), ``enrol:<tenant>:<subject>`` enrolment JSON (``detectors.bus.biometrics``),
 ``fp:<bucket>``, ``ani:<window>:<ani_hash>`` (ANIs only as keyed hashes, never raw).
+Benign audio (``detectors.bus.allowlist``): ``allow:<tenant>`` hash entry id -> entry JSON
+with its ``allow:<tenant>:version`` counter (the dashboard writes, bridges read);
+``fp:cand:<tenant>`` hash candidate id -> candidate JSON (bridges propose, the dashboard
+confirms or rejects); ``fp:log`` the bridges' shared stream of external-leg fingerprints.
 Commands to bridges: ``calls:updates`` stream of mid-call claims (``PATCH`` on a call),
 read by every bridge, applied by the one that owns the call.
 Alert policy (``detectors.bus.policy_store``): ``policy`` the current policy JSON,
@@ -94,6 +98,20 @@ class Keys:
 
     def ani_counter(self, window: str, ani_hash: str) -> str:
         return f"{self.prefix}ani:{window}:{ani_hash}"
+
+    # --- benign audio allowlist and replay fingerprints (detectors.bus.allowlist) -----
+    def allowlist(self, tenant: str) -> str:
+        return f"{self.prefix}allow:{tenant}"
+
+    def allowlist_version(self, tenant: str) -> str:
+        return f"{self.prefix}allow:{tenant}:version"
+
+    def allowlist_candidates(self, tenant: str) -> str:
+        return f"{self.prefix}fp:cand:{tenant}"
+
+    @property
+    def fingerprint_log(self) -> str:
+        return f"{self.prefix}fp:log"
 
     # --- alert policy (detectors.bus.policy_store) -------------------------------------
     @property

@@ -252,6 +252,82 @@ def acl_file_server(tmp_path: Path) -> Iterator[_AclFileServer]:
     server.stop()
 
 
+def test_allowlist_and_fingerprints_under_the_bridge_and_dashboard_users(
+    acl: dict[str, str], redis_server: RedisServer
+) -> None:
+    """The bridge's replay state (fp:log, candidates, allowlist reads) and the
+    dashboard's allowlist store (add, confirm, reject) under their own users."""
+    from datetime import UTC, datetime
+
+    import numpy as np
+
+    from detectors.bus.allowlist import AllowlistEntry, AllowlistStore, Candidate, new_entry_id
+    from detectors.replay.fingerprint import Fingerprint, encode
+    from detectors.replay.index import Clip
+    from detectors.replay.shared_state import RedisReplayState
+
+    keys = Keys(PREFIX)
+    rng = np.random.default_rng(7)
+    fp = Fingerprint(
+        rng.integers(0, 2**32, 200, dtype=np.uint64).astype(np.uint32), np.ones(200, bool)
+    )
+    now = datetime.now(UTC)
+    bridge = _as(redis_server, acl, "bridge")
+    node_a = RedisReplayState(bridge, keys, "node-a")
+    node_b = RedisReplayState(_as(redis_server, acl, "bridge"), keys, "node-b")
+    for node in (node_a, node_b):
+        node.follow("default")
+        node.refresh()  # cursors at the stream's end, empty allowlists
+    node_a.publish(Clip("fp_1", fp, "call-1", now.timestamp(), 0.0, "a" * 32))
+    cand = Candidate(
+        cand_id="fc_" + "1" * 16,
+        fingerprint=encode(fp),
+        frames=200,
+        distinct_anis=5,
+        calls=5,
+        first_seen=now,
+        last_seen=now,
+        node_id="node-a",
+    )
+    node_a.propose(cand)
+    node_a.refresh()  # XADD to fp:log, HSET the candidate
+    node_b.refresh()  # XREAD: the other node's clip
+    assert node_b.stats.received == 1 and node_b.stats.redis_errors == 0
+    assert node_b.recent().query(fp)[0].clip.owner == "call-1"
+    _denied(bridge.hset, keys.allowlist("default"), "al_x", "{}")  # reads, never writes it
+    _denied(bridge.incr, keys.allowlist_version("default"))
+
+    dashboard = redis.asyncio.Redis.from_url(_url(redis_server, "dashboard", acl["dashboard"]))
+    store = AllowlistStore(dashboard, keys)
+
+    async def admin() -> None:
+        (found,), _ = await store.candidates("default")
+        entry = AllowlistEntry(
+            entry_id=new_entry_id(),
+            label="hold music",
+            source=f"candidate {found.cand_id}",
+            origin="candidate",
+            fingerprint=found.fingerprint,
+            frames=found.frames,
+            added_by="admin",
+            created_at=now,
+        )
+        assert await store.confirm(found, entry) == 1
+        other = cand.model_copy(update={"cand_id": "fc_" + "2" * 16})
+        await dashboard.hset(
+            keys.allowlist_candidates("default"), other.cand_id, other.model_dump_json()
+        )
+        await store.reject(other)
+        await dashboard.aclose()
+
+    asyncio.run(admin())
+    node_b.refresh()
+    allow = node_b.allowlist("default")
+    assert allow is not None and allow.query(fp)
+    assert node_b.known_candidate("default", "fc_" + "2" * 16)  # rejected: never again
+    _denied(_as(redis_server, acl, "webhooks").hgetall, keys.allowlist("default"))
+
+
 def test_printed_lines_are_an_acl_file_redis_loads(
     acl_file_server: _AclFileServer,
     tmp_path: Path,
