@@ -82,8 +82,8 @@ class Diversions:
             return cls()
         count = 0
         for e in entries:
-            counter = e.params.get("counter") or "1"
-            count += int(counter) if counter.isdigit() and len(counter) < 3 else 1
+            counter = (e.params.get("counter") or "1")[:2]
+            count += int(counter) if counter.isascii() and counter.isdigit() else 1
         reasons = tuple(_reason(e.params.get("reason") or "unknown") for e in entries)
         return cls(count, reasons, _number(str(entries[-1])), "diversion")
 
@@ -176,6 +176,14 @@ class CallerIdentity:
         )
 
 
+def _values(headers: Headers, name: str) -> list[str]:
+    """A list header's values; none when its quoting is broken (the rest still counts)."""
+    try:
+        return headers.get_all(name)[:MAX_CHAIN]
+    except SipParseError:
+        return []
+
+
 def _match(a: str, b: str) -> bool | None:
     """Whether two numbers are the same (digits only); None when either is unknown."""
     da, db = tn_digits(a), tn_digits(b)
@@ -197,15 +205,15 @@ def caller_identity(
         from_number, pai, to_number = parties[0], "", parties[1]
     else:
         from_number = _number(headers.get("From"))
-        pais = [_number(v) for v in headers.get_all("P-Asserted-Identity")[:2]]
+        pais = [_number(v) for v in _values(headers, "P-Asserted-Identity")[:2]]
         pai = next((p for p in pais if tn_digits(p)), next((p for p in pais if p), ""))
         to_number = _number(headers.get("To")) or _number(f"<{request_uri}>")
     privacy_values = {v.strip().lower() for v in (headers.get("Privacy") or "").split(";")}
-    diversion_values = headers.get_all("Diversion")
+    diversion_values = _values(headers, "Diversion")
     if diversion_values:
         diversions = Diversions.from_diversion(diversion_values)
     else:
-        diversions = Diversions.from_history_info(headers.get_all("History-Info"))
+        diversions = Diversions.from_history_info(_values(headers, "History-Info"))
     base = CallerIdentity(
         from_number=from_number,
         pai_number=pai,

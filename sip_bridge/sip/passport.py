@@ -62,7 +62,7 @@ def _b64url(text: str) -> bytes:
 def _json_object(raw: bytes, what: str) -> dict[str, object]:
     try:
         value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise PassportError(f"PASSporT {what} is not JSON") from None
     if not isinstance(value, dict):
         raise PassportError(f"PASSporT {what} is not a JSON object")

@@ -219,13 +219,18 @@ class SipUas:
                 _uri_user(caller.aor) if caller else "",
                 _uri_user(others[0].aor) if others else "",
             )
-        return caller_identity(
-            req.headers,
-            request_uri=req.uri,
-            trust=self.config.trust_store,
-            now=self.config.wall_clock(),
-            parties=parties,
-        )
+        try:
+            return caller_identity(
+                req.headers,
+                request_uri=req.uri,
+                trust=self.config.trust_store,
+                now=self.config.wall_clock(),
+                parties=parties,
+            )
+        except Exception as exc:  # never let identity inputs fail the call
+            self.stats["identity_errors"] += 1
+            log.error("caller identity inputs could not be read (%s)", type(exc).__name__)
+            return CallerIdentity(verification="failed", verification_reason="error")
 
     def _answer(self, dialog: Dialog, now: float) -> list[Outgoing]:
         dialog.answer_at = None

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sip_fakes import harness, invite
 from stir_fixtures import X5U, StirPki, b64url
 
@@ -208,3 +210,36 @@ def test_invite_with_a_verified_passport(pki: StirPki, store: TrustStore) -> Non
         True,
     )
     assert event.identity.dest_tn_matches_called is True
+
+
+HEADER_TEXT = st.text(
+    alphabet=st.sampled_from([*'<>;=,.:@+-_"%?&ABCxyz0123456789 ', "\u00b2", "\u0661"]),
+    max_size=200,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    identity=HEADER_TEXT,
+    diversion=HEADER_TEXT,
+    history=HEADER_TEXT,
+    pai=HEADER_TEXT,
+    jws=st.lists(st.binary(max_size=80), min_size=3, max_size=3),
+)
+def test_hostile_identity_headers_never_raise(
+    identity: str, diversion: str, history: str, pai: str, jws: list[bytes]
+) -> None:
+    token = ".".join(b64url(part) for part in jws) + ";info=<x>;ppt=shaken"
+    nested = b64url(b"[" * 3000) + "." + b64url(b"{}") + ".AA"
+    for value in (identity, token, nested):
+        headers = Headers(
+            [
+                ("From", "<sip:+12155550121@x>"),
+                ("P-Asserted-Identity", pai),
+                ("Identity", value),
+                ("Diversion", diversion),
+                ("History-Info", history),
+            ]
+        )
+        info = caller_identity(headers, now=time.time()).info()
+        assert info.verification in ("absent", "failed", "unverified")
