@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bridge_runner import run_sipp, running_bridge, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sip_fakes import harness, invite
@@ -243,3 +244,27 @@ def test_hostile_identity_headers_never_raise(
         )
         info = caller_identity(headers, now=time.time()).info()
         assert info.verification in ("absent", "failed", "unverified")
+
+
+def test_bridge_verifies_a_passport_with_its_configured_trust_store(
+    pki: StirPki, tmp_path: Path
+) -> None:
+    ca_dir, cache = pki.trust_dirs(tmp_path / "trust")
+    identity = pki.passport(iat=int(time.time()))  # 12155550121 -> 12155550131
+    with running_bridge(stir_ca_dir=str(ca_dir), stir_cert_cache=str(cache)) as bridge:
+        result = run_sipp(
+            "uac_identity.xml", bridge, tmp_path, extra=["-set", "identity", identity]
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert wait_for(lambda: bridge.calls() == {})
+    started, ended = (e for e, _ in bridge.publisher.events)
+    assert (started.event, ended.event, ended.identity) == ("started", "ended", None)
+    info = started.identity
+    assert info is not None
+    assert (info.attestation, info.verification, info.verification_reason) == ("A", "verified", "")
+    assert (info.orig_tn_matches_caller, info.dest_tn_matches_called, info.pai_matches_from) == (
+        True,
+        True,
+        True,
+    )
+    assert (info.diversion_count, info.diversion_reasons) == (1, ["user-busy"])

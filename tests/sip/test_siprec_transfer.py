@@ -88,6 +88,10 @@ def test_partial_update_with_a_new_agent_keeps_the_external_leg() -> None:
         "sip:agent9@cc.example",
     ]
     assert (call.ani, call.dnis) == ("+15550142", "agent9")
+    # a SIPREC INVITE's From/To are the recorder's: identity numbers come from metadata
+    assert call.identity is not None
+    assert (call.identity.caller_number, call.identity.to_number) == ("+15550142", "agent7")
+    assert call.identity.verification == "absent"
     assert [e for e, _ in h.events()] == ["started", "updated"]
 
 
