@@ -11,6 +11,7 @@ are pushed too (``publish``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -27,10 +28,10 @@ log = logging.getLogger(__name__)
 
 class LiveClient:
     def __init__(self, size: int) -> None:
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=size)
+        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=size)  # JSON text
         self.overflowed = asyncio.Event()
 
-    def offer(self, message: dict[str, Any]) -> None:
+    def offer(self, message: str) -> None:
         try:
             self.queue.put_nowait(message)
         except asyncio.QueueFull:
@@ -54,8 +55,10 @@ class LiveHub:
         self.clients.discard(client)
 
     def publish(self, message: dict[str, Any]) -> None:
+        """Encoded once, whatever the number of clients (``callshield bench dashboard``)."""
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
         for client in list(self.clients):
-            client.offer(message)
+            client.offer(text)
         self.fanned_out += 1
 
     @staticmethod

@@ -77,7 +77,9 @@ async def live(websocket: WebSocket) -> None:
                 getter.cancel()
                 break  # fell too far behind: it reconnects and reloads
             if getter in done:
-                await websocket.send_json(getter.result())
+                await websocket.send_text(getter.result())
+                while not client.queue.empty() and not client.overflowed.is_set():
+                    await websocket.send_text(client.queue.get_nowait())  # no wait per message
             else:
                 getter.cancel()
     except (WebSocketDisconnect, RuntimeError):

@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "sip": "sip_bridge.bench.sip",
     "risk-api": "sip_bridge.bench.risk_api",
     "webrtc": "sip_bridge.bench.webrtc",
+    "dashboard": "sip_bridge.bench.dashboard",
     "alert-latency": "sip_bridge.bench.alert_latency",
 }
 

@@ -1,0 +1,263 @@
+"""Dashboard live feed: publish-to-client latency and loss with N WebSocket clients.
+
+A real redis-server and a real ``callshield dashboard`` process (uvicorn). ``--clients``
+live-feed WebSocket clients (API key, as a wallboard or an integrator connects) stay
+connected while the real bus publisher (``AlertPublisher``, the bridge's) publishes
+alerts at ``--rate`` per second for ``--seconds``. Per alert and client: the time from
+``publish_alert`` (the media path handing it over) to the client holding the decoded
+message, so the figure covers the publisher's flush, Redis, the dashboard's one
+``XREAD`` reader, the fan-out and the socket. Per client: alerts not received (loss)
+and whether the server dropped it as too slow. While the alerts flow, one more client
+times ``GET /api/v1/alerts`` (the queue view's call). The same run first does all of
+this with one live client: the baseline. Goal (issue 8): p99 <= 100 ms with 50 clients.
+
+The clients run in this process's event loop (one core's worth of Python decoding every
+message of every client): on a small machine that is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from detectors.alert_schema import Alert, Band, Dimension, Reason, alert_id_for
+from detectors.bus.publisher import AlertPublisher
+from detectors.bus.redis_server import RedisServer, free_port
+from detectors.bus.settings import BusSettings
+from sip_bridge.bench.report import summarize
+
+GOAL_P99_MS = 100.0
+PREFIX = "bench:"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clients", type=int, default=50, help="live-feed WebSocket clients")
+    parser.add_argument("--rate", type=float, default=20.0, help="alerts published per second")
+    parser.add_argument("--seconds", type=float, default=10.0, help="publishing time per phase")
+    parser.add_argument("--tiny", action="store_true", help="4 clients, 1.5 s: for tests")
+
+
+@dataclass
+class _Client:
+    latencies_ms: list[float] = field(default_factory=list)
+    received: set[str] = field(default_factory=set)
+    closed_by_server: int | None = None  # close code when the server dropped it
+
+
+def _alert(call_id: str) -> Alert:
+    now = datetime.now(UTC)
+    dim = Dimension.SYNTHETIC_VOICE
+    return Alert(
+        alert_id=alert_id_for(call_id, dim, 0),
+        revision=1,
+        call_id=call_id,
+        node_id="bench",
+        dimension=dim,
+        band=Band.HIGH,
+        score=0.9,
+        threshold=0.7,
+        episode=0,
+        reasons=(Reason(dimension=dim, start_s=1.0, end_s=5.0, score=0.9),),
+        created_at=now,
+        updated_at=now,
+        policy_version="bench",
+        provider="CPUExecutionProvider",
+    )
+
+
+async def _listen(ws: ClientConnection, sent: dict[str, float], out: _Client) -> None:
+    try:
+        async for raw in ws:
+            now = time.perf_counter()
+            msg = json.loads(raw)
+            if msg.get("type") != "alert":
+                continue
+            alert_id = msg["alert"]["alert_id"]
+            t0 = sent.get(alert_id)
+            if t0 is not None and alert_id not in out.received:
+                out.received.add(alert_id)
+                out.latencies_ms.append((now - t0) * 1000)
+    except ConnectionClosed as exc:
+        if exc.rcvd is not None and exc.rcvd.code != 1000:
+            out.closed_by_server = exc.rcvd.code
+
+
+async def _wait_clients(http: httpx.AsyncClient, n: int) -> None:
+    """Until the dashboard counts every client on its hub (connected is not enough)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = (await http.get("/api/v1/system")).json().get("live_feed_clients", 0)
+        if found >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"only {found} of {n} live-feed clients registered")
+
+
+async def _phase(
+    base: str, key: str, pub: AlertPublisher, name: str, clients: int, rate: float, seconds: float
+) -> dict[str, Any]:
+    ws_url = base.replace("http://", "ws://") + "/api/v1/live"
+    headers = {"Authorization": f"Bearer {key}"}
+    sent: dict[str, float] = {}
+    results = [_Client() for _ in range(clients)]
+    http = httpx.AsyncClient(base_url=base, headers=headers, timeout=10)
+    sockets = [
+        await connect(ws_url, additional_headers=headers, max_queue=None) for _ in range(clients)
+    ]
+    listeners = [
+        asyncio.create_task(_listen(ws, sent, out))
+        for ws, out in zip(sockets, results, strict=True)
+    ]
+    list_ms: list[float] = []
+    list_errors = 0
+    try:
+        await _wait_clients(http, clients)
+
+        async def alert_list() -> None:
+            nonlocal list_errors
+            while True:
+                t0 = time.perf_counter()
+                r = await http.get("/api/v1/alerts")
+                list_ms.append((time.perf_counter() - t0) * 1000)
+                list_errors += r.status_code != 200
+                await asyncio.sleep(0.05)
+
+        lister = asyncio.create_task(alert_list())
+        total = max(1, round(rate * seconds))
+        start = time.perf_counter()
+        for i in range(total):
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            alert = _alert(f"bench-{name}-{i:06d}")
+            sent[alert.alert_id] = time.perf_counter()
+            pub.publish_alert(alert)
+        took = time.perf_counter() - start
+        deadline = time.monotonic() + 5.0  # late messages: drain, then count the rest lost
+        while time.monotonic() < deadline and any(len(c.received) < total for c in results):
+            await asyncio.sleep(0.05)
+        lister.cancel()
+        await asyncio.gather(lister, return_exceptions=True)
+    finally:
+        for ws in sockets:
+            await ws.close()
+        await asyncio.gather(*listeners, return_exceptions=True)
+        await http.aclose()
+    lost = [total - len(c.received) for c in results]
+    return {
+        "clients": clients,
+        "alerts_published": total,
+        "publish_rate_per_s": round(total / took, 1) if took > 0 else None,
+        "feed_latency": summarize([x for c in results for x in c.latencies_ms], "ms"),
+        "loss": {
+            "per_client_max": max(lost),
+            "per_client_mean": sum(lost) / len(lost),
+            "clients_with_loss": sum(1 for n in lost if n),
+            "dropped_by_server": sum(1 for c in results if c.closed_by_server is not None),
+        },
+        "alert_list": {"latency": summarize(list_ms, "ms"), "errors": list_errors},
+    }
+
+
+def _start_dashboard(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "sip_bridge.cli", "dashboard", "--listen", f"127.0.0.1:{port}"]
+    with log_path.open("wb") as log:  # a file, not a pipe nobody drains
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the dashboard exited: {log_path.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the dashboard did not start in 30 s")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    clients, rate, seconds = args.clients, args.rate, args.seconds
+    if args.tiny:
+        clients, rate, seconds = 4, 20.0, 1.5
+    if clients < 1 or rate <= 0 or seconds <= 0:
+        raise ValueError("--clients, --rate and --seconds must be positive")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    with tempfile.TemporaryDirectory(prefix="cs-bench-dash-") as tmp:
+        server = RedisServer(data_dir=Path(tmp) / "redis", port=free_port())
+        server.start()
+        proc = None
+        pub = None
+        try:
+            env = {
+                **os.environ,
+                "CALLSHIELD_REDIS_URL": server.url,
+                "CALLSHIELD_STATE_DIR": str(Path(tmp) / "state"),
+                "CALLSHIELD_KEY_PREFIX": PREFIX,
+                # every client connects from 127.0.0.1: lift the per-address connect limit
+                "CALLSHIELD_DASHBOARD_LIVE_CONNECTS": str(10 * clients + 100),
+            }
+            key = subprocess.run(
+                [sys.executable, "-m", "sip_bridge.cli", "dashboard", "create-api-key", "bench"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            port = free_port()
+            proc = _start_dashboard(env, port, Path(tmp) / "dashboard.log")
+            bus = BusSettings.model_validate(
+                {"redis_url": server.url, "state_dir": Path(tmp) / "pub", "key_prefix": PREFIX}
+            )
+            pub = AlertPublisher(redis.Redis.from_url(server.url), bus)
+            pub.start()
+            base = f"http://127.0.0.1:{port}"
+            baseline = asyncio.run(_phase(base, key, pub, "one", 1, rate, seconds))
+            loaded = asyncio.run(_phase(base, key, pub, "many", clients, rate, seconds))
+        finally:
+            if pub is not None:
+                pub.close()
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            server.stop()
+    p99 = loaded["feed_latency"].get("p99", float("nan"))
+    base_p99 = baseline["feed_latency"].get("p99", float("nan"))
+    return {
+        "benchmark": "dashboard",
+        "setup": {"clients": clients, "rate_per_s": rate, "seconds_per_phase": seconds},
+        "baseline_one_client": baseline,
+        "clients": loaded,
+        "summary": {
+            "feed_p50_ms": loaded["feed_latency"].get("p50"),
+            "feed_p99_ms": p99,
+            "baseline_feed_p99_ms": base_p99,
+            "ratio_p99": round(p99 / base_p99, 2) if base_p99 else None,
+            "alert_list_p99_ms": loaded["alert_list"]["latency"].get("p99"),
+            "baseline_alert_list_p99_ms": baseline["alert_list"]["latency"].get("p99"),
+            "max_client_loss": loaded["loss"]["per_client_max"],
+            "goal_p99_ms": GOAL_P99_MS,
+            "goal_met": bool(p99 <= GOAL_P99_MS) and loaded["loss"]["per_client_max"] == 0,
+        },
+    }
