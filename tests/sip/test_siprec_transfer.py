@@ -19,8 +19,12 @@ NS = 'xmlns="urn:ietf:params:xml:ns:recording:1"'
 AGENT_TRANSFER = f"""{HEAD}<recording {NS}>
 <datamode>partial</datamode>
 <participant participant_id="agent9"><nameID aor="sip:agent9@cc.example"/></participant>
-<participantstreamassoc participant_id="agent9"><send>st-b</send><recv>st-a</recv></participantstreamassoc>
-<participantsessionassoc participant_id="agent" session_id="sess-42"><disassociate-time>2025-01-01T00:00:10Z</disassociate-time></participantsessionassoc>
+<participantstreamassoc participant_id="agent9">
+  <send>st-b</send><recv>st-a</recv>
+</participantstreamassoc>
+<participantsessionassoc participant_id="agent" session_id="sess-42">
+  <disassociate-time>2025-01-01T00:00:10Z</disassociate-time>
+</participantsessionassoc>
 </recording>"""
 
 # The outside party changes (the caller transferred the call to someone else): a
