@@ -6,7 +6,12 @@ impairment relay (clean, lossy, jittery, reordering/duplicating), received by th
 native ingest thread (epoll + recvmmsg, kernel timestamps), de-jittered per leg and
 pulled in one batch call every 20 ms. It prints what each leg's jitter buffer saw and
 how faithfully the audio that would reach the detectors matches what was sent.
-Detectors, alerts and the dashboard join this command as their issues land.
+
+With a synthetic-voice model installed (``callshield models train-synthetic``, or any
+installed non-fixture synthetic_voice model), it then also places genuine calls (real
+speech) and synthetic ones (espeak-ng) through the media core and the detector runtime
+and prints the alerts they raise (``sip_bridge.demo_detect``); without one it says how
+to install one.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ def add_parser(sub: Any, name: str) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="call length")
     parser.add_argument("--calls", type=int, default=5, help="calls, two legs each")
     parser.add_argument("--speech-dir", type=Path, help="8 kHz 16-bit mono WAV files")
+    parser.add_argument("--models-dir", type=Path, help="default: CALLSHIELD_MODELS_DIR")
+    parser.add_argument(
+        "--detection-calls", type=int, default=4, help="calls of the detection part (with a model)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -132,8 +141,13 @@ def run(args: argparse.Namespace) -> int:
     files = find_speech(args.speech_dir)
     print(f"speech: {len(files)} real recordings" if files else "speech: none found, using tones")
     profiles = list(PROFILES.items())
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop, interrupted = threading.Event(), threading.Event()
+
+    def on_sigint(*_: object) -> None:
+        interrupted.set()
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_sigint)
     samples = int(args.seconds * 8000)
     with Ingest(max_streams=2 * args.calls) as ingest:
         legs: list[Leg] = []
@@ -167,6 +181,38 @@ def run(args: argparse.Namespace) -> int:
         _report(ingest, legs)
         for leg in legs:
             leg.relay.close()
+    if interrupted.is_set():
+        return 0
+    return _detections(args, files)
+
+
+def _detections(args: argparse.Namespace, files: list[Path]) -> int:
+    """The detection part: only with a synthetic-voice model installed."""
+    from sip_bridge import demo_detect
+
+    print()
+    detectors = demo_detect.installed_synthetic_detectors(args.models_dir)
+    if not detectors:
+        speaker = demo_detect.speaker_model_installed(args.models_dir)
+        print(
+            "detections: no synthetic-voice model is installed, so this demo showed the "
+            "media core only."
+            + (" (A speaker model is installed; it needs watchlists in Redis.)" if speaker else "")
+        )
+        print(
+            "  to see detections: `callshield models train-synthetic` (needs the convert "
+            "extra), or `callshield models install MODEL.onnx`; then run the demo again."
+        )
+        return 0
+    names = ", ".join(f"{d.spec.name} {d.spec.version}" for d in detectors)
+    print(f"detections with {names}: genuine (recorded) and synthetic (espeak-ng) calls, live")
+    seconds = min(args.seconds, 8.0)  # long enough for a few windows of every model
+    speech = [leg_audio(files, 3 + 5 * i, seconds) for i in range(args.detection_calls)]
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    calls = demo_detect.demo_calls(speech, seconds, args.detection_calls)
+    alerts = demo_detect.run_calls(detectors, calls, stop)
+    print(demo_detect.report(calls, alerts))
     return 0
 
 

@@ -89,6 +89,7 @@ def alerts_json(alerts: list[Alert]) -> list[dict[str, Any]]:
         out.append(
             {
                 "alert_id": first.alert_id,
+                "call_id": first.call_id,
                 "dimension": first.dimension.value,
                 "episode": first.episode,
                 "raised_at_s": round(max(r.end_s for r in first.reasons), 3)
