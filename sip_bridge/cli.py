@@ -17,6 +17,7 @@ _COMMANDS: dict[str, str] = {
     "bench": "sip_bridge.bench.cli",
     "allowlist": "detectors.replay.allowlist_cli",
     "bridge": "sip_bridge.bridge",
+    "calibrate": "detectors.bus.calibrate_cli",
     "coverage": "detectors.bus.coverage_cli",
     "dashboard": "dashboard.cli",
     "demo": "sip_bridge.demo",
