@@ -31,6 +31,7 @@ from dashboard.routes import (
     calls,
     manage_pages,
     pages,
+    policy,
     system,
     watchlist,
     webhooks,
@@ -42,6 +43,7 @@ from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.connect import async_client
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
+from detectors.bus.policy_store import PolicyStore
 from detectors.bus.settings import BusSettings
 from detectors.bus.webhooks.admin import WebhookAdmin
 from detectors.bus.webhooks.secrets import load_key
@@ -95,6 +97,7 @@ def create_app(
             hub=hub,
             origins=settings.origins(),
             biometrics=BiometricsStore(client, keys),
+            policy=PolicyStore(client, keys),
             allowlist=AllowlistStore(client, keys),
             webhooks=WebhookAdmin(client, keys, webhook_key, bus.webhook_allow_private_targets),
         )
@@ -142,7 +145,8 @@ def create_app(
     app.include_router(system.health_router)
     app.include_router(pages.router)
     app.include_router(manage_pages.router)
-    routers = (auth, alerts, calls, admin, system, watchlist, webhooks, allowlist)
+    app.include_router(policy.pages)
+    routers = (auth, alerts, calls, admin, system, watchlist, webhooks, allowlist, policy)
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)
     return app

@@ -35,6 +35,7 @@ from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
 from detectors.bus.allowlist import AllowlistStore
 from detectors.bus.biometrics_store import BiometricsStore
+from detectors.bus.policy_store import PolicyStore
 from detectors.bus.webhooks.admin import WebhookAdmin
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -58,6 +59,7 @@ class Context:
     hub: LiveHub
     origins: set[str]
     biometrics: BiometricsStore
+    policy: PolicyStore
     allowlist: AllowlistStore
     webhooks: WebhookAdmin
 

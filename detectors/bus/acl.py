@@ -168,6 +168,7 @@ def components(prefix: str) -> dict[str, Component]:
                     "xadd",
                     "xrevrange",
                     "xrange",  # scores and alerts of a span: the policy what-if
+                    "time",  # where that span starts (stream ids are the server's clock)
                     "xread",
                     "xinfo|stream",
                     "xinfo|groups",

@@ -65,6 +65,10 @@ class PolicyStore:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
         self._r, self._k = client, keys
 
+    @property
+    def client(self) -> redis.asyncio.Redis:
+        return self._r
+
     async def stored(self) -> Policy | None:
         """The stored policy, None when none is (ValueError: unusable)."""
         body: Any = await self._r.get(self._k.policy)

@@ -15,6 +15,8 @@ import redis.asyncio
 from pydantic import ValidationError
 
 from detectors.alert_schema import Band, Dimension
+from detectors.bus.calibration import Dataset
+from detectors.bus.calibration_load import load_async
 from detectors.bus.keys import Keys
 from detectors.bus.policy import DimensionPolicy, Policy, PolicyBody, Scope
 from detectors.bus.policy_store import PolicyConflictError, PolicyStore, read_policy
@@ -205,6 +207,15 @@ def test_bridge_user_reads_the_policy_and_cannot_write_it(
         return f"redis://{user}:{pw[user]}@127.0.0.1:{redis_server.port}/0"
 
     stored = _store_apply(url("dashboard"), _scoped())  # the dashboard's own store code
+
+    async def what_if_data() -> Dataset:  # the what-if's reads, as the dashboard
+        r = redis.asyncio.Redis.from_url(url("dashboard"))
+        try:
+            return await load_async(r, KEYS, 86400.0)
+        finally:
+            await r.aclose()
+
+    assert asyncio.run(what_if_data()).counts()["scores_read"] == 0
     bridge = redis.Redis.from_url(url("bridge"), socket_timeout=5)
     try:
         applied: list[Policy] = []

@@ -53,6 +53,9 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/api/v1/api-keys", {"name": "pbx", "role": "viewer"}, "admin"),
     ("DELETE", "/api/v1/api-keys/nope", None, "admin"),
     ("GET", "/api/v1/audit", None, "admin"),
+    ("GET", "/api/v1/policy", None, "analyst"),
+    ("PUT", "/api/v1/policy", {"policy": {}}, "admin"),
+    ("POST", "/api/v1/policy/what-if", {"policy": {}, "days": 1}, "admin"),
     ("GET", "/api/v1/system", None, "viewer"),
     ("GET", "/api/v1/openapi.json", None, "viewer"),
     ("POST", "/api/v1/auth/logout", {}, "viewer"),
@@ -66,6 +69,7 @@ PAGES: list[tuple[str, str]] = [
     ("/audit", "admin"),
     ("/watchlist", "analyst"),
     ("/webhooks", "admin"),
+    ("/policy", "admin"),
 ]
 RANK = {"viewer": 1, "analyst": 2, "admin": 3}
 # what may be reached with no login at all: health, and what it takes to log in
@@ -93,7 +97,7 @@ def _path(path: str) -> str:
 def test_every_route_is_in_the_tables(dash: Dash) -> None:
     """A new route must be added to the tables above (and so to the role tests)."""
     known = {(m, p) for m, p, _, _ in API} | {("GET", p) for p, _ in PAGES} | ANONYMOUS
-    known |= {("POST", "/logout")}
+    known |= {("POST", "/logout"), ("POST", "/policy"), ("POST", "/policy/what-if")}
     found = set()
     for prefix, route in _walk(dash.client.app.routes):  # type: ignore[attr-defined]
         if isinstance(route, APIRoute):
