@@ -1,9 +1,10 @@
 """Two recorders of one call raise one alert (issue 12): two bridges (two nodes, their
 own detector runtimes and outboxes) publishing to one real redis-server each receive a
 SIPREC recording of the same call, i.e. the same recorded-session id in the metadata,
-from SIPp at the same time, with real speech carrying the synthetic-voice fixture's
-marker on the external stream. The alert id derives from the correlation key, so both
-nodes name the same alert and the bus keeps one entry per (alert id, revision)."""
+from SIPp at the same time, with 6 s of real speech carrying the synthetic-voice
+fixture's marker on the external stream. The alert id derives from the correlation key,
+so both nodes name the same alert and the bus keeps one entry per (alert id, revision);
+the replay detector, which scores both copies of the same audio, raises nothing."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from bridge_runner import free_udp_port, load_speech, run_sipp, wait_for
 from rtp_pcap import FRAME, write_rtp_pcap
 from wired_bridge import InProcessBridge
 
-from detectors.alert_schema import Alert, CallEvent, Dimension, alert_id_for
+from detectors.alert_schema import Alert, CallEvent, Dimension, ScoreUpdate, alert_id_for
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
 from detectors.bus.settings import BusSettings
@@ -101,8 +102,8 @@ def _record(
 def test_two_recordings_of_one_call_raise_one_alert(
     shared_dir: Path, tmp_path: Path, settings: BusSettings, client: redis.Redis
 ) -> None:
-    external = _marked(load_speech(shared_dir, 2.0))
-    agent = load_speech(shared_dir, 2.0, skip=40)
+    external = _marked(load_speech(shared_dir, 6.0))
+    agent = load_speech(shared_dir, 6.0, skip=40)
     base = 39000 + (time.monotonic_ns() // 1000 % 40) * 20
     bridges = [
         _bridge(tmp_path, "node-a", settings, base),
@@ -158,3 +159,12 @@ def test_two_recordings_of_one_call_raise_one_alert(
     assert len(stats) == 2
     assert all(s.alerts_published + s.alerts_deduplicated >= 1 for s in stats)  # both alerted
     assert sum(s.alerts_deduplicated for s in stats) >= 1  # and the bus kept one of each
+    scores = [
+        m
+        for _, f in client.xrange(Keys(settings.key_prefix).scores)
+        if isinstance(m := decode(f), ScoreUpdate)
+    ]
+    replay_scored = {
+        s.call_id for s in scores if s.dimension is Dimension.REPLAY and s.score is not None
+    }
+    assert replay_scored == {e.call_id for e in started}  # it saw both copies, alerted on none
