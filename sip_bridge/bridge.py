@@ -34,7 +34,8 @@ from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
 from sip_bridge.sip.passport import TrustStore
-from sip_bridge.sip.transport import SipServer
+from sip_bridge.sip.transport import SipServer, TlsListener, server_context
+from sip_bridge.sip.trust import PeerTrust
 from sip_bridge.sip.uas import SipUas, UasConfig
 from sip_bridge.wiring import Wiring
 
@@ -79,6 +80,7 @@ class Bridge:
         config = UasConfig(
             host=s.advertised_address or host,
             port=port,
+            tls_port=s.sip_tls_address[1] if s.sip_tls_address else 0,
             answer_delay=s.answer_delay_s,
             retry_after=s.retry_after_s,
             max_dialogs_per_source=s.max_dialogs_per_source,
@@ -89,7 +91,12 @@ class Bridge:
             ),
         )
         self.uas = SipUas(self.controller, config)
-        self.server = SipServer(self.uas, host, port)
+        tls = None
+        if s.sip_tls_address is not None and s.sip_tls_cert and s.sip_tls_key:
+            context = server_context(s.sip_tls_cert, s.sip_tls_key, s.sip_tls_ca)
+            tls = TlsListener(*s.sip_tls_address, context)
+        trust = PeerTrust.parse(s.sip_trusted_peers)
+        self.server = SipServer(self.uas, host, port, tls=tls, trust=trust)
         if s.audiosocket_address is not None:
             calls = AudioSocketCalls(self.controller, s.rtp_timeout_s)
             self.audiosocket = AudioSocketServer(calls, s)
@@ -131,6 +138,8 @@ class Bridge:
             raise
         if self.settings.sip_address[1] == 0:  # an ephemeral port: advertise the real one
             self.uas.config = replace(self.uas.config, port=self.server.port)
+        if self.server.tls_port:  # likewise for an ephemeral TLS port
+            self.uas.config = replace(self.uas.config, tls_port=self.server.tls_port)
         log.info("bridge listening for SIP on UDP and TCP port %d", self.server.port)
         self.ready.set()
         try:

@@ -12,8 +12,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sip_bridge.sip.trust import PeerTrust
 
 
 def split_host_port(text: str, default_port: int) -> tuple[str, int]:
@@ -35,6 +37,16 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CALLSHIELD_", extra="ignore")
 
     sip_listen: str = "127.0.0.1:5060"
+    # SIP over TLS: on when a certificate and its key are set; listens on sip_tls_listen
+    # (default: the SIP host, port 5061). With sip_tls_ca every client must present a
+    # certificate that CA signed (mutual TLS). sip_trusted_peers: comma-separated
+    # networks and/or TLS certificate names (CN or subjectAltName) allowed to signal on
+    # any transport; empty = everyone; anyone else gets 403 (sip_bridge.sip.trust)
+    sip_tls_listen: str = ""
+    sip_tls_cert: Path | None = None
+    sip_tls_key: Path | None = None
+    sip_tls_ca: Path | None = None
+    sip_trusted_peers: str = ""
     rtp_ports: str = "20000-20999"
     rtp_host: str | None = None  # where RTP sockets bind (default: the SIP host)
     advertised_address: str | None = None  # in SDP and Contact (default: the SIP host)
@@ -110,6 +122,27 @@ class Settings(BaseSettings):
         split_host_port(value, 5060)
         return value
 
+    @field_validator("sip_tls_listen")
+    @classmethod
+    def _tls_listen(cls, value: str) -> str:
+        if value:
+            split_host_port(value, 5061)
+        return value
+
+    @field_validator("sip_trusted_peers")
+    @classmethod
+    def _trusted_peers(cls, value: str) -> str:
+        PeerTrust.parse(value)
+        return value
+
+    @model_validator(mode="after")
+    def _tls_complete(self) -> Settings:
+        if (self.sip_tls_cert is None) != (self.sip_tls_key is None):
+            raise ValueError("SIP over TLS needs both sip_tls_cert and sip_tls_key")
+        if self.sip_tls_cert is None and (self.sip_tls_listen or self.sip_tls_ca):
+            raise ValueError("sip_tls_listen and sip_tls_ca need sip_tls_cert and sip_tls_key")
+        return self
+
     @field_validator("api_listen")
     @classmethod
     def _api_listen(cls, value: str) -> str:
@@ -155,6 +188,13 @@ class Settings(BaseSettings):
     @property
     def sip_address(self) -> tuple[str, int]:
         return split_host_port(self.sip_listen, 5060)
+
+    @property
+    def sip_tls_address(self) -> tuple[str, int] | None:
+        """Where SIP over TLS listens, or None when no certificate is configured."""
+        if self.sip_tls_cert is None:
+            return None
+        return split_host_port(self.sip_tls_listen or self.sip_address[0], 5061)
 
     @property
     def api_address(self) -> tuple[str, int] | None:

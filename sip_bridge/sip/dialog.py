@@ -26,6 +26,7 @@ REASONS = {
     180: "Ringing",
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     405: "Method Not Allowed",
     415: "Unsupported Media Type",
     416: "Unsupported URI Scheme",
@@ -160,7 +161,7 @@ class Dialog:
         """A BYE for this dialog; returns (branch, request)."""
         self.local_cseq = max(self.local_cseq, 1) + 1
         branch = new_branch()
-        transport = "TCP" if self.peer.reliable else "UDP"
+        transport = self.peer.via_transport
         h = Headers()
         h.add("Via", f"SIP/2.0/{transport} {via_host}:{via_port};branch={branch};rport")
         h.add("Max-Forwards", "70")

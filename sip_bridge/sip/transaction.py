@@ -31,14 +31,24 @@ MAGIC_COOKIE: Final = "z9hG4bK"
 class Peer:
     """Where a message came from and where its responses go."""
 
-    transport: str  # "udp" or "tcp"
+    transport: str  # "udp", "tcp" or "tls"
     host: str
     port: int
-    conn_id: int = 0  # the TCP connection (0 for UDP)
+    conn_id: int = 0  # the TCP or TLS connection (0 for UDP)
 
     @property
     def reliable(self) -> bool:
         return self.transport != "udp"
+
+    @property
+    def via_transport(self) -> str:
+        """The Via transport token of requests we send on this peer's transport."""
+        return self.transport.upper()
+
+    @property
+    def uri_transport(self) -> str:
+        """The ;transport= parameter a URI of ours names for this transport (UDP: none)."""
+        return f";transport={self.transport}" if self.reliable else ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,19 @@
-"""The asyncio shell around :class:`SipUas`: SIP over UDP and TCP on one address.
+"""The asyncio shell around :class:`SipUas`: SIP over UDP and TCP on one address, and
+over TLS on another when a certificate is configured.
 
-UDP: one datagram is one message. TCP: messages are framed by their Content-Length
-(RFC 3261 §18.3; leading CRLF keep-alives skipped); a connection that sends an oversized
-or unframeable message is closed. A timer task runs the UAS's timers (retransmissions,
-delayed answers, RTP timeouts) at their deadlines. Receive loops count and drop: a
-handler error never reaches the loop, and never affects another call.
+UDP: one datagram is one message. TCP and TLS: messages are framed by their
+Content-Length (RFC 3261 §18.3; leading CRLF keep-alives skipped); a connection that
+sends an oversized or unframeable message is closed. TLS connections are accepted with
+reading paused and upgraded with our handshake (bounded in time: nothing is read before
+it, so the ClientHello reaches it), so a failed one (no client certificate where mutual
+TLS is required, one the CA did not sign, a plain-TCP client) is counted
+(``tls_handshake_failed``) and closed. A timer task runs the UAS's timers
+(retransmissions, delayed answers, RTP timeouts) at their deadlines. Receive loops count
+and drop: a handler error never reaches the loop, and never affects another call.
+
+Trust (sip_bridge.sip.trust): before the UAS sees a message, its peer must be on the
+allowlist (source network, or a name in its verified TLS certificate; decided once per
+TLS connection). An untrusted request gets 403 and is counted (``untrusted``).
 """
 
 from __future__ import annotations
@@ -14,14 +23,38 @@ import contextlib
 import errno
 import itertools
 import logging
+import ssl
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from sip_bridge.sip.message import MAX_MESSAGE_BYTES
 from sip_bridge.sip.transaction import Outgoing, Peer
+from sip_bridge.sip.trust import PeerTrust, certificate_names, forbidden
 from sip_bridge.sip.uas import SipUas
 
 log = logging.getLogger(__name__)
 TICK_S = 0.02
+TLS_HANDSHAKE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TlsListener:
+    host: str
+    port: int
+    context: ssl.SSLContext
+
+
+def server_context(cert: Path, key: Path, ca: Path | None = None) -> ssl.SSLContext:
+    """TLS 1.2+ server context; with ``ca`` every client must present a certificate
+    that CA signed (mutual TLS)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    if ca is not None:
+        ctx.load_verify_locations(ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
 class _Udp(asyncio.DatagramProtocol):
@@ -36,12 +69,39 @@ class _Udp(asyncio.DatagramProtocol):
         log.debug("UDP error: %s", exc)
 
 
+class _TlsAccept(asyncio.Protocol):
+    """Holds a fresh TCP connection unread until the TLS handshake takes it over."""
+
+    def __init__(self, server: SipServer) -> None:
+        self.server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.pause_reading()
+        task = asyncio.get_running_loop().create_task(self.server._serve_tls(transport))
+        self.server._tasks.add(task)
+        task.add_done_callback(self.server._tasks.discard)
+
+
 class SipServer:
-    def __init__(self, uas: SipUas, host: str, port: int) -> None:
+    def __init__(
+        self,
+        uas: SipUas,
+        host: str,
+        port: int,
+        *,
+        tls: TlsListener | None = None,
+        trust: PeerTrust | None = None,
+    ) -> None:
         self.uas = uas
         self.host, self.port = host, port
+        self.tls, self.tls_port = tls, 0
+        self.trust = trust or PeerTrust()
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
+        self._tls_trusted: dict[int, bool] = {}  # TLS connection -> decided at handshake
+        self._tasks: set[asyncio.Task[None]] = set()
         self._conns: dict[int, asyncio.StreamWriter] = {}
         self._ids = itertools.count(1)
         self._timer: asyncio.Task[None] | None = None
@@ -64,6 +124,11 @@ class SipServer:
                 continue
             self._udp, self.port = transport, port
             break
+        if self.tls is not None:
+            self._tls_server = await asyncio.get_running_loop().create_server(
+                lambda: _TlsAccept(self), self.tls.host, self.tls.port
+            )
+            self.tls_port = int(self._tls_server.sockets[0].getsockname()[1])
         self._timer = asyncio.create_task(self._timers())
 
     async def close(self) -> None:
@@ -74,6 +139,8 @@ class SipServer:
                 await self._timer
         if self._tcp is not None:
             self._tcp.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         for writer in list(self._conns.values()):
             writer.close()
         if self._udp is not None:
@@ -82,6 +149,13 @@ class SipServer:
     # ---- in and out --------------------------------------------------------------------
 
     def handle(self, data: bytes, peer: Peer) -> None:
+        if not self._trusted(peer):
+            self.uas.stats["untrusted"] += 1
+            reply = forbidden(data, peer)
+            if reply is not None:
+                self.uas.stats["sent.403"] += 1
+                self.send([Outgoing(peer, reply)])
+            return
         try:
             out = self.uas.on_datagram(data, peer, time.monotonic())
         except Exception:
@@ -115,11 +189,54 @@ class SipServer:
             wait = TICK_S if deadline is None else min(max(deadline - now, 0.001), TICK_S)
             await asyncio.sleep(wait)
 
+    def _trusted(self, peer: Peer) -> bool:
+        if self.trust.everyone:
+            return True
+        if peer.transport == "tls":
+            return self._tls_trusted.get(peer.conn_id, False)
+        return self.trust.allows(peer.host)
+
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._serve_stream(reader, writer, next(self._ids), "tcp")
+
+    async def _serve_tls(self, raw: asyncio.Transport) -> None:
+        assert self.tls is not None
+        loop = asyncio.get_running_loop()
         conn = next(self._ids)
+        reader = asyncio.StreamReader()  # the default limit, as on TCP
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            handshake = loop.start_tls(raw, protocol, self.tls.context, server_side=True)
+            tls = await asyncio.wait_for(handshake, TLS_HANDSHAKE_S)
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            self.uas.stats["tls_handshake_failed"] += 1
+            log.debug("TLS handshake failed: %s", exc)
+            raw.abort()
+            return
+        if tls is None:  # the connection went away during the handshake
+            self.uas.stats["tls_handshake_failed"] += 1
+            return
+        protocol.connection_made(tls)
+        writer = asyncio.StreamWriter(tls, protocol, reader, loop)
+        self.uas.stats["tls_connections"] += 1
+        host = str(writer.get_extra_info("peername")[0])
+        names = certificate_names(writer.get_extra_info("peercert"))
+        self._tls_trusted[conn] = self.trust.allows(host, names)
+        try:
+            await self._serve_stream(reader, writer, conn, "tls")
+        finally:
+            self._tls_trusted.pop(conn, None)
+
+    async def _serve_stream(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        conn: int,
+        transport: str,
+    ) -> None:
         self._conns[conn] = writer
         host, port = writer.get_extra_info("peername")[:2]
-        peer = Peer("tcp", str(host), int(port), conn)
+        peer = Peer(transport, str(host), int(port), conn)
         try:
             while True:
                 message = await _read_framed(reader)
@@ -127,7 +244,7 @@ class SipServer:
                     break
                 self.handle(message, peer)
         except (ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
-            log.debug("TCP connection closed: %s", exc)
+            log.debug("%s connection closed: %s", transport.upper(), exc)
         finally:
             self._conns.pop(conn, None)
             writer.close()

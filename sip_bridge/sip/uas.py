@@ -77,6 +77,7 @@ NO_EVENTS: Final = frozenset({"SUBSCRIBE", "PUBLISH"})  # no event package: 489 
 class UasConfig:
     host: str = "127.0.0.1"  # advertised in Contact and SDP
     port: int = 5060
+    tls_port: int = 0  # SIP over TLS (0: none); Contact and Via of TLS dialogs use it
     answer_delay: float = 0.0  # plain SIP: 180 Ringing, answer after this (0: at once)
     retry_after: int = 30
     max_dialogs_per_source: int = 1000
@@ -460,7 +461,8 @@ class SipUas:
         """End a call from our side: BYE to the peer, then the call ends."""
         for dialog in list(self.dialogs.values()):
             if dialog.call_id == call_id:
-                branch, bye = dialog.bye(self.config.host, self.config.port)
+                port = _contact_parts(self.config, dialog.peer, "")[1]
+                branch, bye = dialog.bye(self.config.host, port)
                 self._end(dialog, reason)
                 return [self.clients.send(branch, Outgoing(dialog.peer, bytes(bye)), now)]
         self.controller.end_call(call_id, reason)
@@ -501,11 +503,11 @@ class SipUas:
     def _dialog_headers(
         self, dialog: Dialog, req: SipRequest, *, session_timer: bool = True
     ) -> list[tuple[str, str]]:
-        transport = ";transport=tcp" if dialog.peer.reliable else ""
+        scheme, port, transport = _contact_parts(self.config, dialog.peer, req.uri)
         feature = ";+sip.srs" if dialog.siprec else ""
         host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
         extra = [
-            ("Contact", f"<sip:callshield@{host}:{self.config.port}{transport}>{feature}"),
+            ("Contact", f"<{scheme}:callshield@{host}:{port}{transport}>{feature}"),
             ("Allow", ALLOW),
             ("Supported", SUPPORTED),
         ]
@@ -589,6 +591,16 @@ def _stream_labels(body: RequestBody) -> list[str | None]:
         if labels:
             return list(labels)
     return [None]
+
+
+def _contact_parts(config: UasConfig, peer: Peer, request_uri: str) -> tuple[str, int, str]:
+    """(scheme, port, transport parameter) of our Contact for a dialog with ``peer``: a
+    sips request URI gets a sips Contact (TLS implied), other TLS dialogs
+    ;transport=tls, TCP ;transport=tcp, UDP none; TLS dialogs name the TLS port."""
+    port = config.tls_port if peer.transport == "tls" and config.tls_port else config.port
+    if peer.transport == "tls" and request_uri[:5].lower() == "sips:":
+        return "sips", port, ""
+    return "sip", port, peer.uri_transport
 
 
 def _uri_user(uri: str) -> str:
