@@ -189,3 +189,32 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "not a pcap or pcapng capture" in capsys.readouterr().err
     assert main(["replay", "--external-ssrc", "0x1", "--external", str(junk)]) == 2
     assert "captures only" in capsys.readouterr().err
+
+
+def test_replay_publishes_like_a_live_call_with_redis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], redis_server: Any
+) -> None:
+    import redis
+
+    from detectors.alert_schema import Alert, CallEvent
+    from detectors.bus.codec import decode
+    from detectors.bus.keys import Keys
+
+    wav = tmp_path / "call.wav"
+    soundfile.write(str(wav), _marked_speech(4.0, 2.0), 8000, subtype="PCM_16")
+    doc = _replay(capsys, str(wav), "--speed", "0", "--redis", redis_server.url)
+    client = redis.Redis.from_url(redis_server.url)
+    keys = Keys("callshield:")
+    try:
+        events = [decode(f) for _, f in client.xrange(keys.events)]
+        alerts = [decode(f) for _, f in client.xrange(keys.alerts)]
+        scores = client.xlen(keys.scores)
+    finally:
+        client.close()
+    assert [e.event for e in events if isinstance(e, CallEvent)] == ["started", "ended"]
+    assert {e.call_id for e in events} == {doc["call_id"]}
+    (alert,) = doc["alerts"]
+    published = [a for a in alerts if isinstance(a, Alert)]
+    assert {a.alert_id for a in published} == {alert["alert_id"]}
+    assert max(a.revision for a in published) == alert["revisions"]
+    assert scores == sum(len(w) for w in doc["timeline"].values())
