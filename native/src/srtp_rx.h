@@ -79,6 +79,13 @@ int cs_srtp_unprotect(cs_srtp *ctx, uint8_t *pkt, size_t *len);
 int cs_srtp_protect(cs_srtp *ctx, uint8_t *pkt, size_t *len, size_t cap, uint32_t roc);
 /* Static snake_case label of a CS_SRTP_ERR_* code ("ok", "malformed", ...). */
 const char *cs_srtp_error_name(int code);
+/* `callshield bench srtp` (srtp_bench.c): packet i = data[offsets[i] ..+ lengths[i]) is
+ * copied to scratch (untimed), then unprotected (ctx NULL: plain RTP, skipped) and
+ * parsed, timed with CLOCK_MONOTONIC into cost_ns[i]; results[i] is the CS_SRTP_* code,
+ * -2 for a parse failure, -1 when longer than scratch. Returns the packets that passed. */
+size_t cs_srtp_bench_replay(cs_srtp *ctx, const uint8_t *data, const uint64_t *offsets,
+                            const uint32_t *lengths, size_t n, uint8_t *scratch,
+                            size_t scratch_len, int64_t *cost_ns, int8_t *results);
 /* CDEF END */
 
 /* Install session keys directly (no KDF): enc_key 16 bytes, salt 14 (AES-CM) or 12
