@@ -91,6 +91,8 @@ class EchoGate:
         self._slots = np.zeros(0, np.intp)
         self._lock = threading.Lock()  # legs vs the tick; marks are read lock-free
         self.tick = 0
+        self._evaluated = -1  # the last tick evaluated
+        self._quiet: set[str] = set()  # calls whose references were silent at the last one
         self.stats = EchoStats()
 
     # ---- legs (any thread) ----------------------------------------------------------
@@ -158,13 +160,22 @@ class EchoGate:
                 self._env[self._slots[keep], col : col + STEPS_PER_TICK] = env
             if (tick + 1) % self.config.every_ticks == 0:
                 self._evaluate(tick)
+                self._evaluated = tick
 
     def _evaluate(self, tick: int) -> None:
         cfg = self.config
         end = ((tick + 1) * STEPS_PER_TICK) % self.ring  # one past the newest step
+        quiet: set[str] = set()
         for call_id, targets in self._calls.targets.items():
             refs = self._calls.refs.get(call_id)
             if not refs:
+                continue
+            recent = self.span + self.max_lag
+            if all(
+                float(self._take(self._legs[r].slot, end, recent).max()) < ENERGY_FLOOR
+                for r in refs
+            ):
+                quiet.add(call_id)
                 continue
             for sid in targets:
                 t = self._legs[sid].slot
@@ -179,6 +190,7 @@ class EchoGate:
                         self.stats.echo_spans += 1
                         self.stats.frames_marked += frames
                         break
+        self._quiet = quiet
 
     def _take(self, slot: int, end: int, n: int) -> npt.NDArray[np.float32]:
         idx = (np.arange(end - n, end)) % self.ring
@@ -218,6 +230,17 @@ class EchoGate:
         return gain <= cfg.max_gain
 
     # ---- the windows (playout thread, from the frame bank) ----------------------------
+    def settled(self, stream_id: int) -> int | None:
+        """Bank tick before which this leg's echo marks are final (a later evaluation's
+        span can still mark frames up to ``span_s`` back), or None when the leg is not
+        gated against any reference (its windows need not wait)."""
+        leg = self._legs.get(stream_id)
+        if leg is None or leg.reference or not self._calls.refs.get(leg.call_id):
+            return None
+        if leg.call_id in self._quiet:
+            return None  # its references carried nothing that could still be marked
+        return self._evaluated - self.span // STEPS_PER_TICK + 1
+
     def marks(self, stream_id: int, first_tick: int, n_ticks: int) -> Bools | None:
         """Echo marks of ``n_ticks`` frames from bank tick ``first_tick`` (None: the leg
         is not gated, or the frames are older than the ring)."""

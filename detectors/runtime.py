@@ -168,7 +168,9 @@ class DetectorRuntime:
     def end_call(self, call_id: str) -> None:
         for sid in self._streams.pop(call_id, []):
             self.bank.remove_leg(sid)
-        held = self.stage.drain(call_id) if isinstance(self.stage, DrainingStage) else ()
+        held: tuple[WindowResult, ...] = ()
+        if isinstance(self.stage, DrainingStage):
+            held = self.stage.drain(call_id)  # results a stage still holds
         with self._lock:
             for r in held:
                 self.fusion.on_result(r)

@@ -13,7 +13,9 @@ start, length), copied once, straight into the scheduler's batch tensor; windows
 need no inference (paused, leg role, concealed audio, too little speech) carry their
 abstention already. Audio of PAUSED frames is zeroed before it reaches a ring. With an
 echo gate (``detectors.echo``) attached as ``echo``, a voice dimension's window whose
-speech units lie mostly in frames marked as the internal leg's echo abstains ``echo``.
+speech units lie mostly in frames marked as the internal leg's echo abstains ``echo``;
+such windows of a leg whose call has an echo reference are cut only once the gate's
+marks over them are final (up to ``span_s`` + 200 ms later).
 
 Leg time runs on the bank's tick from the moment the leg is added, so a leg missing
 from a pull keeps its timeline (its units are marked missing, its audio zeroed).
@@ -121,6 +123,10 @@ class WindowJob:
 class EchoMarks(Protocol):
     def marks(self, stream_id: int, first_tick: int, n_ticks: int) -> npt.NDArray[np.bool_] | None:
         """Which of the frames are echo of the internal leg (None: not gated)."""
+        ...
+
+    def settled(self, stream_id: int) -> int | None:
+        """The tick before which the leg's marks are final (None: not gated)."""
         ...
 
 
@@ -319,6 +325,7 @@ class WindowPlan:
         self.bank, self.spec, self.ring = bank, spec, ring
         self._next_end: dict[int, int] = {}  # stream id -> leg-relative end sample
         self._unit_samples = spec.sample_rate * FRAME_MS // 1000 // UNITS_PER_FRAME
+        self._voice = spec.dimension in VOICE_DIMENSIONS
 
     def collect(self, now: float) -> list[WindowJob]:
         """Windows completed by the frames pushed so far (each leg, oldest first)."""
@@ -329,8 +336,13 @@ class WindowPlan:
             if role not in spec.roles and role is LegRole.INTERNAL:
                 continue  # the agent's leg is never analysed for voice (DESIGN §2)
             written = (bank.tick - leg.first_tick) * ring.spf
+            ready = written
+            if self._voice and bank.echo is not None:
+                settled = bank.echo.settled(sid)  # wait for final echo marks
+                if settled is not None:
+                    ready = min(written, max(0, settled - leg.first_tick) * ring.spf)
             end = self._next_end.get(sid, spec.window)
-            while end <= written:
+            while end <= ready:
                 jobs.append(self._job(sid, leg, end, written, now))
                 end += spec.hop
             self._next_end[sid] = end

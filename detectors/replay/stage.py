@@ -10,9 +10,10 @@ window's fingerprint; it is consumed here, for an EXTERNAL leg only:
    over the same audio abstain too.
 2. Otherwise the window is matched against the call's own earlier audio (a replay
    within the call) and the recent fingerprints of other calls, on this and other
-   bridges (a recording played into many calls). The best verified match gives the
-   score (BER 0.25 -> 0.5, BER 0 -> 1.0); the reason names the kind of match and how
-   long ago, never another call's id or number.
+   bridges (a recording played into many calls), counting only audio another call heard
+   earlier than this one (of two calls playing one recording, the later one replays).
+   The best verified match gives the score (BER 0.25 -> 0.5, BER 0 -> 1.0); the reason
+   names the kind of match and how long ago, never another call's id or number.
 3. Audio matched on other calls from at least ``candidate_anis`` distinct ANIs (keyed
    ANI hashes) is proposed once as an allowlist candidate for an admin to confirm.
 4. The window's new audio (the part no earlier window of the leg covered) is published
@@ -40,11 +41,19 @@ from detectors.alert_schema import Abstention, Dimension, LegRole
 from detectors.bus.allowlist import Candidate
 from detectors.contract import WindowResult
 from detectors.replay.detector import NAME
-from detectors.replay.fingerprint import Fingerprint, encode, frame_seconds, from_vector
+from detectors.replay.fingerprint import (
+    FRAME,
+    RATE,
+    Fingerprint,
+    encode,
+    frame_seconds,
+    from_vector,
+)
 from detectors.replay.index import CallHistory, Clip, Match
 from detectors.replay.shared_state import ReplayState
 
 FIRST_FRAME_S = frame_seconds(1)  # fingerprint frame 0 starts one hop in
+FRAME_S = FRAME / RATE  # one fingerprint frame's audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +61,7 @@ class ReplayConfig:
     allow_share: float = 0.5  # of a window's valid frames matched by allowlisted audio
     candidate_anis: int = 5  # distinct ANIs before audio is proposed as benign
     max_hold_s: float = 4.0  # how long a synthetic_voice result may wait for replay
+    heard_before_s: float = 0.25  # another call must have heard the audio this much earlier
     node_id: str = "node"
 
 
@@ -167,7 +177,7 @@ class ReplayStage:
                     ),
                 )
         within = call.history.index.query(fp, before_s=key.start_s)
-        cross = self.state.recent().query(fp, exclude_owner=call.owner)
+        cross = self._heard_before(call, fp, key.end_s - key.start_s)
         self._candidates(call, fp, cross)
         self._publish(call, key.leg_id, fp, key.start_s)
         best, kind = _best(within, cross)
@@ -184,6 +194,19 @@ class ReplayStage:
         score = float(np.clip(1.0 - 2.0 * best.ber, 0.0, 1.0))
         detail = f"replay: {what}, BER {best.ber:.2f} over {best.frames * 0.016:.1f} s"
         return (replace(bare, score=score, reasons=(detail,)),)
+
+    def _heard_before(self, call: _Call, fp: Fingerprint, window_s: float) -> list[Match]:
+        """Other calls' matches whose audio was heard before this window heard it: of two
+        calls playing one recording, only the later one replays the earlier."""
+        now = self._wall()
+        out = []
+        for m in self.state.recent().query(fp, exclude_owner=call.owner):
+            other_start = m.clip.seen_at - frame_seconds(len(m.clip.fp)) - FRAME_S
+            other = other_start + frame_seconds(m.query_first + m.offset)
+            mine = now - window_s + FIRST_FRAME_S + frame_seconds(m.query_first)
+            if other < mine - self.config.heard_before_s:
+                out.append(m)
+        return out
 
     def _publish(self, call: _Call, leg_id: str, fp: Fingerprint, start_s: float) -> None:
         """The part of the window no earlier window of the leg covered."""

@@ -80,8 +80,26 @@ def _windows(
     return out
 
 
-def _run(stage: ReplayStage, results: list[WindowResult]) -> list[WindowResult]:
-    return [o for r in results for o in stage.process(r)]
+class Wall:
+    """Wall-clock seconds: each call starts at ``start``, a window is processed as its
+    audio ends."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(
+    stage: ReplayStage, results: list[WindowResult], wall: Wall | None = None, start: float = 0.0
+) -> list[WindowResult]:
+    out = []
+    for r in results:
+        if wall is not None:
+            wall.now = start + r.key.end_s + 0.1
+        out.extend(stage.process(r))
+    return out
 
 
 def _scores(results: list[WindowResult]) -> list[float]:
@@ -89,21 +107,26 @@ def _scores(results: list[WindowResult]) -> list[float]:
 
 
 def test_a_recording_played_into_another_call_is_a_replay(prompts: list[F32]) -> None:
-    state = MemoryReplayState()
-    stage = ReplayStage(state)
+    wall = Wall()
+    state = MemoryReplayState(clock=wall)
+    stage = ReplayStage(state, wall=wall)
     recording = _speech(prompts, 0, 10.0)
-    for call in ("first", "replayed", "genuine"):
+    for call in ("first", "replayed", "genuine", "together"):
         stage.open_call(call)
-    first = _run(stage, _windows("first", recording))
+    first = _run(stage, _windows("first", recording), wall, 1000.0)
     assert max(_scores(first)) == 0.0  # nothing heard before
     state.settle()  # the refresher's round: published clips become searchable
-    replayed = _run(stage, _windows("replayed", _g711(recording, 0.4, 333)))
-    genuine = _run(stage, _windows("genuine", _speech(prompts, 20, 10.0)))
+    replayed = _run(stage, _windows("replayed", _g711(recording, 0.4, 333)), wall, 1060.0)
+    genuine = _run(stage, _windows("genuine", _speech(prompts, 20, 10.0)), wall, 1080.0)
+    # a call that heard the recording at the same moment as "first" did not replay it
+    together = _run(stage, _windows("together", _g711(recording, 0.5)), wall, 1000.0)
+    assert max(_scores(together)) == 0.0
     assert all(s >= 0.7 for s in _scores(replayed)), _scores(replayed)
     assert all(r.embedding is None for r in replayed)  # the fingerprint stays in the stage
     assert "the same audio on another call" in replayed[0].reasons[0]
     assert max(_scores(genuine)) == 0.0
     assert stage.stats.matched_cross == len(replayed)
+    assert "60 s ago" in replayed[0].reasons[0]
 
 
 def test_audio_repeated_within_a_call_is_a_replay(prompts: list[F32]) -> None:
@@ -156,14 +179,15 @@ def test_allowlisted_audio_abstains_for_replay_and_synthetic_voice(prompts: list
 
 
 def test_audio_on_many_distinct_anis_is_proposed_once(prompts: list[F32]) -> None:
-    state = MemoryReplayState()
-    stage = ReplayStage(state, ReplayConfig(candidate_anis=5))
+    wall = Wall()
+    state = MemoryReplayState(clock=wall)
+    stage = ReplayStage(state, ReplayConfig(candidate_anis=5), wall=wall)
     announcement = _speech(prompts, 70, 6.0)
     for k in range(7):
         call = f"call-{k}"
         stage.open_call(call)
         stage.annotate(call, ani_hash=f"{k:032x}")
-        _run(stage, _windows(call, _g711(announcement, 0.3 + 0.1 * k, 40 * k)))
+        _run(stage, _windows(call, _g711(announcement, 0.3 + 0.1 * k, 40 * k)), wall, 100.0 * k)
         state.settle()
         stage.end_call(call)
     _, proposals = state.take_pending()
