@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     bers = []
     for name, y in audio:
         shift = 160 + int(rng.integers(0, 120))
-        copy = np.concatenate([np.zeros(shift, np.float32), y]) * 0.5
+        copy = (np.concatenate([np.zeros(shift, np.float32), y]) * 0.5).astype(np.float32)
         pcm = ulaw_decode(ulaw_encode(to_int16(copy))).astype(np.float32) / 32768.0
         found = index.query(fingerprint(pcm))
         hits += any(m.clip.clip_id == name for m in found)
