@@ -93,6 +93,10 @@ class BusSettings(BaseSettings):
     webhook_group: str = "webhooks"
     webhook_consumer: str | None = None  # default: node_id
     webhook_claim_idle_ms: int = Field(default=30_000, ge=1)
+    # how long a claimed queue head is held before it is tried again, which is how long
+    # a dispatcher killed mid-send delays that call's queue; must exceed the longest
+    # send (default: the durable timeout + 30 s)
+    webhook_claim_lease_s: float | None = Field(default=None, gt=0)
     webhook_realtime_timeout_s: float = Field(default=2.0, gt=0)
     webhook_durable_timeout_s: float = Field(default=15.0, gt=0)
     webhook_stale_after_s: float = Field(default=60.0, gt=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +20,7 @@ class Receiver:
     fail_rate: float = 0.0
     seed: int = 0
     status: int | None = None  # forced status (e.g. 410, 302, 503 while "down")
+    delay_s: float = 0.0  # time each request takes (outside the lock: concurrent)
     requests: int = 0
     bad_signatures: int = 0
     first: dict[str, dict[str, Any]] = field(default_factory=dict)  # webhook-id -> payload
@@ -33,6 +35,8 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)
                 code = receiver.handle(body, dict(self.headers.items()))
                 self.send_response(code)
                 if code == 302:

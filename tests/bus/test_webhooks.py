@@ -237,3 +237,36 @@ def test_rotation_signs_with_both_secrets_during_the_overlap(
     _publish(client, wh_settings, [make_alert(2)])
     _run(wh_settings, clock)
     assert len(receiver.first) == 1 and receiver.bad_signatures == 0
+
+
+def test_restarted_dispatcher_queues_its_own_unacked_entries_before_new_ones(
+    wh_settings: BusSettings, client: redis.Redis, store: EndpointStore, receiver: Receiver
+) -> None:
+    # XAUTOCLAIM would take the stranded entries only after an hour here
+    settings = wh_settings.model_copy(update={"webhook_claim_idle_ms": 3_600_000})
+    _, secret = store.add(receiver.url, allow_private=True)
+    receiver.secrets = [secret]
+    first = _publish(client, settings, [make_alert(c, revision=1) for c in range(4)])
+    clock = VirtualClock()
+
+    async def killed() -> None:  # read, then died before queueing or acknowledging
+        d = _dispatcher(settings, clock, consumer="d1")
+        await d.setup()
+        assert len(await d.read_new(count=10)) == 4
+        await d.aclose()
+
+    asyncio.run(killed())
+    later = _publish(client, settings, [make_alert(c, revision=2) for c in range(4)])
+
+    async def restarted() -> None:  # the same consumer name, as a restarted process
+        d = _dispatcher(settings, clock, consumer="d1")
+        await d.setup()
+        assert await d.recover() == 4
+        await _drive(d, clock)
+        await d.aclose()
+
+    asyncio.run(restarted())
+    assert set(receiver.first) == set(first + later) and receiver.duplicates == 0
+    for call, ids in ids_by_call(receiver).items():
+        assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
+    assert client.xpending(Keys(settings.key_prefix).alerts, "webhooks")["pending"] == 0

@@ -78,6 +78,7 @@ class Dispatcher:
             "intake": 0,
             "enqueued": 0,
             "reclaimed": 0,
+            "recovered": 0,
             "bad_entries": 0,
             "attempts": 0,
             "delivered": 0,
@@ -122,6 +123,31 @@ class Dispatcher:
         for name, entries in got or []:
             out[name.decode() if isinstance(name, bytes) else name] = list(entries)
         return out
+
+    async def recover(self) -> int:
+        """At start: the entries this consumer read in an earlier life but never
+        acknowledged (killed between XREADGROUP and XACK), queued before anything new so
+        per-call order holds; XAUTOCLAIM would take them only once idle for
+        ``webhook_claim_idle_ms``, after newer entries of the same call."""
+        n = 0
+        for stream in self.streams:
+            start: bytes | str = "0"
+            while True:
+                got: Any = await self._c.xreadgroup(
+                    self._s.webhook_group, self.consumer, {stream: start}, count=100
+                )
+                entries: Entries = list(got[0][1]) if got else []
+                if not entries:
+                    break
+                start = entries[-1][0]
+                gone = [i for i, f in entries if not f]  # trimmed away meanwhile
+                if gone:
+                    await self._c.xack(stream, self._s.webhook_group, *gone)
+                live = [(i, f) for i, f in entries if f]
+                await self.process(live, stream=stream)
+                n += len(live)
+        self.stats["recovered"] += n
+        return n
 
     async def reclaim(self, stream: str | None = None) -> Entries:
         """Entries another (crashed) consumer read but never acknowledged."""
@@ -193,7 +219,7 @@ class Dispatcher:
 
     async def deliver_due(self, limit: int = 256) -> int:
         """Try every queue head that is due now; returns how many were tried."""
-        lease = self._policy.durable_timeout_s + 30.0
+        lease = self._s.webhook_claim_lease_s or self._policy.durable_timeout_s + 30.0
         members = await self.queue.claim(self._clock.now(), lease, limit)
         await asyncio.gather(*(self._deliver(m) for m in members))
         return len(members)
@@ -270,6 +296,7 @@ class Dispatcher:
     # --- the process ----------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         await self.setup()
+        await self.recover()
         intake = asyncio.create_task(self._intake_loop(stop))
         try:
             while not stop.is_set():
