@@ -23,6 +23,7 @@ from dashboard.auth import ApiKeyStore, Clock, RateLimiter, SessionStore, UserSt
 from dashboard.deps import Context, LoginRequiredError
 from dashboard.keys import DashKeys
 from dashboard.live import LiveHub
+from dashboard.oidc import LoginStates, OidcClient, OidcConfig
 from dashboard.routes import (
     admin,
     alerts,
@@ -30,6 +31,7 @@ from dashboard.routes import (
     auth,
     calls,
     manage_pages,
+    oidc,
     pages,
     policy,
     system,
@@ -75,6 +77,7 @@ def create_app(
     webhook_key = load_key(bus) if configured else None
     keys = Keys(bus.key_prefix)
     dash = DashKeys(keys)
+    oidc_config = OidcConfig.from_settings(settings)  # a wrong configuration fails the start
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -100,6 +103,8 @@ def create_app(
             policy=PolicyStore(client, keys),
             allowlist=AllowlistStore(client, keys),
             webhooks=WebhookAdmin(client, keys, webhook_key, bus.webhook_allow_private_targets),
+            oidc=OidcClient(oidc_config) if oidc_config else None,
+            oidc_states=LoginStates(client, dash),
         )
         reader = asyncio.create_task(hub.run(), name="live-feed")
         try:
@@ -146,7 +151,7 @@ def create_app(
     app.include_router(pages.router)
     app.include_router(manage_pages.router)
     app.include_router(policy.pages)
-    routers = (auth, alerts, calls, admin, system, watchlist, webhooks, allowlist, policy)
+    routers = (auth, oidc, alerts, calls, admin, system, watchlist, webhooks, allowlist, policy)
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)
     return app

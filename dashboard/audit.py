@@ -23,12 +23,18 @@ class AuditLog:
     ) -> None:
         self._r, self._k, self._clock, self._maxlen = client, keys, clock, maxlen
 
-    async def record(self, who: Principal, action: str, target: str, **detail: Any) -> None:
+    async def record(self, who: Principal, action: str, target: str, /, **detail: Any) -> None:
+        await self.record_as(who.name, who.role.label, who.kind, action, target, **detail)
+
+    async def record_as(
+        self, actor: str, role: str, via: str, action: str, target: str, /, **detail: Any
+    ) -> None:
+        """An entry for someone who is not (yet) a principal: a login, a refused one."""
         fields = {
             "at": repr(self._clock()),
-            "actor": who.name,
-            "role": who.role.label,
-            "via": who.kind,
+            "actor": actor,
+            "role": role,
+            "via": via,
             "action": action,
             "target": target,
             "detail": json.dumps(detail, sort_keys=True),

@@ -31,6 +31,7 @@ from dashboard.auth import (
     tokens_equal,
 )
 from dashboard.live import LiveHub
+from dashboard.oidc import LoginStates, OidcClient
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
 from detectors.bus.allowlist import AllowlistStore
@@ -62,6 +63,8 @@ class Context:
     policy: PolicyStore
     allowlist: AllowlistStore
     webhooks: WebhookAdmin
+    oidc: OidcClient | None
+    oidc_states: LoginStates
 
     @property
     def cookie_name(self) -> str:

@@ -8,6 +8,8 @@
 ``dash:labels``           hash alert_id -> label JSON (what threshold calibration reads)
 ``dash:audit``            stream: one entry per analyst/admin action (``MAXLEN ~``)
 ``dash:rl:<what>:<who>``  rate-limit counters (expire with their window)
+``dash:oidc:<state>``     a pending OpenID Connect login (nonce, PKCE verifier, browser
+                          binding), TTL 10 minutes, read once
 """
 
 from __future__ import annotations
@@ -52,3 +54,6 @@ class DashKeys:
 
     def rate(self, what: str, who: str) -> str:
         return f"{self._p}rl:{what}:{who}"
+
+    def oidc(self, state: str) -> str:
+        return f"{self._p}oidc:{state}"

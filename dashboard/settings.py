@@ -41,6 +41,23 @@ class DashboardSettings(BaseSettings):
     alerts_scan: int = Field(default=2000, ge=10)  # newest alert entries the views read
     scores_scan: int = Field(default=20_000, ge=10)  # newest score entries (call timeline)
     audit_maxlen: int = Field(default=1_000_000, ge=1000)  # approximate
+    # a watchlist entry added by one analyst is pending (not used by the bridges) until
+    # a different analyst approves it (issue 11)
+    watchlist_two_person: bool = True
+    # OpenID Connect login (dashboard.oidc), on when the issuer is set; the discovery
+    # document and JWKS are fetched from the issuer at each login
+    oidc_issuer: str | None = None
+    oidc_client_id: str = ""
+    oidc_client_secret: SecretStr | None = None  # a secret spec: file:/path, env:VAR
+    oidc_redirect_url: str = ""  # https://<dashboard>/api/v1/auth/oidc/callback
+    oidc_scopes: str = "openid profile email"
+    oidc_role_claim: str = "groups"  # a dotted path into the ID token's claims
+    # claim value -> viewer|analyst|admin, e.g. '{"fraud-analysts": "analyst"}'; the
+    # highest mapped role wins, a login mapping to none is refused
+    oidc_role_map: dict[str, str] = Field(default_factory=dict)
+    oidc_username_claim: str = "preferred_username"  # shown as oidc:<value>
+    oidc_leeway_s: float = Field(default=60.0, ge=0.0, le=600.0)  # clock skew
+    oidc_timeout_s: float = Field(default=5.0, gt=0.0, le=60.0)  # per provider request
 
     def origins(self) -> set[str]:
         """The live feed's Origin allowlist: the configured ones and the listen address."""

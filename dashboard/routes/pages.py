@@ -26,6 +26,7 @@ def render(
     request: Request, name: str, who: Principal | None, code: int = 200, **values: Any
 ) -> HTMLResponse:
     values.update(who=who, csrf=who.csrf if who else "")
+    values.setdefault("sso", request.app.state.ctx.oidc is not None)
     return templates.TemplateResponse(request, name, values, status_code=code)
 
 

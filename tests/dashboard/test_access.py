@@ -78,6 +78,8 @@ ANONYMOUS = {
     ("GET", "/login"),
     ("POST", "/login"),
     ("POST", "/api/v1/auth/login"),
+    ("GET", "/api/v1/auth/oidc/login"),  # single sign-on (answers 303 when not configured)
+    ("GET", "/api/v1/auth/oidc/callback"),
 }
 
 

@@ -117,16 +117,20 @@ def _cli(env: dict[str, str], *args: str, stdin: str = "") -> None:
 
 
 @contextmanager
-def running_dashboard(tmp: Path) -> Iterator[RunningDashboard]:
+def running_dashboard(
+    tmp: Path, extra_env: dict[str, str] | None = None, port: int | None = None
+) -> Iterator[RunningDashboard]:
+    """``extra_env``: more ``CALLSHIELD_*`` settings; ``port``: listen there (a test
+    that must name the dashboard's URL before it starts, e.g. as an OIDC redirect)."""
     server = RedisServer(data_dir=tmp / "redis", port=free_port())
     server.start()
     proc: subprocess.Popen[bytes] | None = None
     publisher: AlertPublisher | None = None
     try:
-        env = _env(server, tmp / "state")
+        env = {**_env(server, tmp / "state"), **(extra_env or {})}
         for role in ROLES:
             _cli(env, "create-user", role, "--role", role, "--password-stdin", stdin=PASSWORD)
-        port = free_port()
+        port = port or free_port()
         log_path = tmp / "dashboard.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
