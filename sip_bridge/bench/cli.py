@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, str] = {
     "webrtc": "sip_bridge.bench.webrtc",
     "dashboard": "sip_bridge.bench.dashboard",
     "alert-latency": "sip_bridge.bench.alert_latency",
+    "alerts": "sip_bridge.bench.alerts",
     "srtp": "sip_bridge.bench.srtp",
 }
 

@@ -217,12 +217,34 @@ class Dispatcher:
         raw = await self._c.hgetall(self._k.wh_endpoints)
         return [Endpoint.model_validate_json(v) for v in raw.values()]
 
+    @property
+    def _lease_s(self) -> float:
+        return self._s.webhook_claim_lease_s or self._policy.durable_timeout_s + 30.0
+
     async def deliver_due(self, limit: int = 256) -> int:
-        """Try every queue head that is due now; returns how many were tried."""
-        lease = self._s.webhook_claim_lease_s or self._policy.durable_timeout_s + 30.0
-        members = await self.queue.claim(self._clock.now(), lease, limit)
+        """Try every queue head that is due now and wait for the attempts; returns how
+        many were tried (the tests' step; ``run`` does not wait, see ``_start_due``)."""
+        members = await self.queue.claim(self._clock.now(), self._lease_s, limit)
         await asyncio.gather(*(self._deliver(m) for m in members))
         return len(members)
+
+    async def _start_due(self, inflight: set[asyncio.Task[None]]) -> None:
+        """Claim due queue heads and start their attempts without waiting for them, so
+        one slow receiver does not hold back the others' next deliveries."""
+        room = min(256, 4 * self._s.webhook_concurrency - len(inflight))
+        if room <= 0:
+            return
+        for m in await self.queue.claim(self._clock.now(), self._lease_s, room):
+            task = asyncio.create_task(self._deliver(m))
+            inflight.add(task)
+            task.add_done_callback(lambda t: self._attempt_done(t, inflight))
+
+    def _attempt_done(self, task: asyncio.Task[None], inflight: set[asyncio.Task[None]]) -> None:
+        inflight.discard(task)
+        self._wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            # Redis went away mid-attempt: the claim's lease brings the head back
+            log.warning("webhook attempt failed: %r", task.exception())
 
     async def _deliver(self, m: str) -> None:
         async with self._sem:
@@ -298,18 +320,30 @@ class Dispatcher:
         await self.setup()
         await self.recover()
         intake = asyncio.create_task(self._intake_loop(stop))
+        inflight: set[asyncio.Task[None]] = set()
         try:
             while not stop.is_set():
-                await self.deliver_due()
-                next_due = await self.queue.next_due()
+                self._wake.clear()  # before looking: a wake-up during the look is kept
+                try:
+                    await self._start_due(inflight)
+                    next_due = await self.queue.next_due()
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    # Redis restarting: what was claimed comes back when its lease ends
+                    log.warning("redis unavailable to the webhook delivery: %s", exc)
+                    await asyncio.sleep(0.5)
+                    continue
                 wait = 0.5 if next_due is None else next_due - self._clock.now()
-                self._wake.clear()
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), timeout=min(wait, 0.5))
         finally:
             intake.cancel()
             await asyncio.gather(intake, return_exceptions=True)
+            if inflight:  # let started attempts finish and record their outcome
+                _, late = await asyncio.wait(inflight, timeout=self._policy.durable_timeout_s)
+                for task in late:
+                    task.cancel()
+                await asyncio.gather(*late, return_exceptions=True)
             await self.aclose()
 
     async def aclose(self) -> None:
