@@ -11,13 +11,15 @@ read the alert stream through its consumer group without being able to ``XADD`` 
   bridge     writes alerts (Lua dedupe + XADD), scores, call events, call state and
              system events; reads watchlists, enrolments, mid-call updates and the
              alert policy; owns fingerprints (the shared ``fp:log``, allowlist
-             candidates) and ANI counters; reads the benign audio allowlist
+             candidates) and ANI counters; reads the benign audio allowlist; writes
+             evidence records (sealed clips and embeddings) and their call indexes
   dashboard  reads alerts, scores, call events, call state and system events; owns
              ``dash:*`` (users, sessions, triage, labels, audit), the watchlists,
              enrolments, the alert policy and the benign audio allowlist (and
              confirms or rejects its candidates), and writes mid-call updates; manages
              webhook endpoints and replays dead letters (``wh:*`` but the attempt
-             log, which it only reads); cannot write what the bridge owns
+             log, which it only reads); reads evidence, and may only PERSIST and
+             EXPIREAT it (legal hold); cannot write what the bridge owns
   webhooks   owns ``wh:*``; on the alert and system-event streams only its consumer
              group's commands
   retention  ``callshield redis trim``: trims the alert stream, nothing else
@@ -99,6 +101,7 @@ def components(prefix: str) -> dict[str, Component]:
     policy = (k.policy, k.policy_version, k.policy_counter)
     shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
     webhooks = f"{k.prefix}wh:*"
+    evidence = f"{k.prefix}evidence:*"  # k.evidence_index("*"), k.evidence("*", "*")
     # what the dashboard's webhook pages change (detectors.bus.webhooks.admin): endpoints,
     # and for a replay the delivery, its call's queue, the due, dead and parked sets
     wh_manage = (
@@ -114,7 +117,7 @@ def components(prefix: str) -> dict[str, Component]:
             "bridge",
             "media process: publishes alerts, scores, call events and call state",
             Grant(
-                keys=_rw(*bus_state, *shared_rw) + _ro(*shared_ro, *policy),
+                keys=_rw(*bus_state, *shared_rw, evidence) + _ro(*shared_ro, *policy),
                 commands=(
                     *_CONNECT,
                     *_SCRIPTS,
@@ -136,6 +139,7 @@ def components(prefix: str) -> dict[str, Component]:
                     "hgetall",  # watchlist entries
                     "xread",  # mid-call updates
                     "xrevrange",  # where the updates stream ends at start
+                    "expireat",  # evidence records (detectors.bus.evidence_store)
                 ),
             ),
         ),
@@ -144,7 +148,7 @@ def components(prefix: str) -> dict[str, Component]:
             "web process: reads the bus, owns analysts' state and watchlists",
             Grant(
                 keys=_rw(dash, *shared_ro, *wh_manage, *policy, k.allowlist_candidates("*"))
-                + _ro(*bus_state, k.wh_log),
+                + _ro(*bus_state, k.wh_log, evidence),
                 commands=(
                     *_CONNECT,
                     *_TRANSACTIONS,
@@ -180,8 +184,12 @@ def components(prefix: str) -> dict[str, Component]:
                     "srem",
                     "exists",
                     "hincrby",
+                    "hmget",  # an evidence record's meta and ciphertext
+                    "ttl",  # how long evidence has left
                 ),
             ),
+            # legal hold: evidence loses or regains its expiry, and nothing else
+            selectors=(Grant(keys=_rw(evidence), commands=("persist", "expireat")),),
         ),
         Component(
             "webhooks",

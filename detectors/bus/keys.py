@@ -31,6 +31,10 @@ Alert policy (``detectors.bus.policy_store``): ``policy`` the current policy JSO
 versions are numbered by. Analysts' labels: ``dash:labels`` (the dashboard's namespace,
 read by ``callshield calibrate``).
 Webhooks: ``wh:*`` (``detectors.bus.webhooks.store``).
+Evidence (``detectors.bus.evidence_store``), hash-tagged by call so one script writes a
+record and its index: ``evidence:{<call_id>}`` hash evidence id -> receipt JSON (what was
+kept, until when; no content), ``evidence:{<call_id>}:<evidence_id>`` hash ``meta`` +
+``blob`` (AES-GCM ciphertext). Both expire (TTL) unless on legal hold.
 """
 
 from __future__ import annotations
@@ -130,6 +134,13 @@ class Keys:
     def analyst_labels(self) -> str:
         """Hash alert id -> label JSON; written by the dashboard (``DashKeys.labels``)."""
         return f"{self.prefix}dash:labels"
+
+    # --- evidence (detectors.bus.evidence_store) ------------------------------------
+    def evidence_index(self, call_id: str) -> str:
+        return f"{self.prefix}evidence:{{{call_id}}}"
+
+    def evidence(self, call_id: str, evidence_id: str) -> str:
+        return f"{self.prefix}evidence:{{{call_id}}}:{evidence_id}"
 
     # --- webhooks -------------------------------------------------------------------
     @property
