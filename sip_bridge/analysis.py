@@ -52,6 +52,7 @@ from detectors.runtime import DetectorRuntime
 from native.ingest import Ingest, PulledFrames
 from sip_bridge.calls import Call
 from sip_bridge.coverage import FrameTally, LegTally, WindowTally
+from sip_bridge.evidence import EvidenceRecorder
 from sip_bridge.media import CapacityError
 
 log = logging.getLogger(__name__)
@@ -107,14 +108,17 @@ class Analysis:
         numbers: NumberVault | None = None,
         echo: EchoGate | None = None,
         replay: ReplayStage | None = None,
+        evidence: EvidenceRecorder | None = None,
     ) -> None:
         """``windows`` must be the tally the runtime's ``on_result`` feeds. ``echo``:
         the gate fed every tick (external legs gated, internal legs its reference);
-        ``replay``: the replay stage, told each call's keyed ANI hash."""
+        ``replay``: the replay stage, told each call's keyed ANI hash; ``evidence``:
+        the recorder keeping external-leg audio around alerts (tenants that opt in)."""
         self.coverage = coverage
         self.numbers = numbers  # seals ANI/DNIS into call events (issue 11)
         self.echo = echo
         self.replay = replay
+        self.evidence = evidence
         self.runtime = runtime
         self.bus = bus
         self.ingest = ingest
@@ -166,6 +170,8 @@ class Analysis:
             if self.numbers is not None and (call.ani or call.dnis):
                 sealed = self.numbers.seal(call.call_id, call.ani, call.dnis)
                 event = event.model_copy(update={"numbers": sealed})
+        if self.evidence is not None and event.event == "started":
+            self.evidence.call_started(call.call_id, event.at)
         if self.replay is not None and event.event != "ended":
             ani_hash = event.numbers.ani_hash if event.numbers is not None else ""
             self.replay.annotate(call.call_id, ani_hash, call.correlation_id)
@@ -223,9 +229,13 @@ class Analysis:
             tallies = {
                 leg_id: self._tallies.pop(leg_id) for leg_id in legs if leg_id in self._tallies
             }
+            if self.evidence is not None:
+                self.evidence.call_ending(call.call_id)  # before the runtime forgets it
             if call.call_id in self._admitted:
                 self._admitted.discard(call.call_id)
                 self.runtime.end_call(call.call_id)  # final alert revisions, admission
+            if self.evidence is not None:
+                self.evidence.call_ended(call.call_id)
             del self._calls[call.call_id]
             self._dirty = True
         expected = tuple(sorted({p.spec.dimension for p in self.runtime.plans}))
@@ -267,6 +277,8 @@ class Analysis:
             self._read_stats(frames)
             if self.echo is not None:  # before the bank's push: same tick number
                 self.echo.push(frames.ids, frames.pcm, self.runtime.bank.tick)
+            if self.evidence is not None:  # before the bank's push: the same leg clock
+                self.evidence.push(frames)
             self.runtime.on_frames(frames)
             self._tick += 1
         self.runtime.metrics.tick_lag.observe(max(0, time.monotonic_ns() - now_ns) / 1e9)
@@ -284,9 +296,13 @@ class Analysis:
             if want is None or sid != reg.stream_id or want[1] is LegRole.INTERNAL:
                 bank.remove_leg(reg.stream_id)
                 del self._registered[leg_id]
+                if self.evidence is not None:
+                    self.evidence.remove_leg(reg.stream_id)
             elif want[1] is not reg.role:
                 bank.set_role(reg.stream_id, want[1])
                 reg.role = want[1]
+                if self.evidence is not None and want[1] is not LegRole.EXTERNAL:
+                    self.evidence.remove_leg(reg.stream_id)
         for leg_id, (call_id, role) in self._wanted.items():
             sid = sids.get(leg_id)
             if sid is None or leg_id in self._registered or role is LegRole.INTERNAL:
@@ -297,6 +313,8 @@ class Analysis:
                 log.warning("leg %s not analysed: %s", leg_id, exc)
                 continue
             self._registered[leg_id] = _Registered(call_id, sid, role)
+            if self.evidence is not None and role is LegRole.EXTERNAL:
+                self.evidence.add_leg(call_id, leg_id, sid)  # never the internal leg
             tally = self._tallies.get(leg_id)
             if tally is not None:
                 tally.analysed = True
@@ -389,6 +407,8 @@ class EnrichingPublisher:
                 alert = alert.model_copy(update={"external_ids": ids})
             metrics = self.analysis.runtime.metrics
             metrics.alerts.labels(alert.dimension.value, alert.band.value).inc()
+            if self.analysis.evidence is not None:
+                self.analysis.evidence.on_alert(alert)
         self.bus.publish_alert(alert)
 
     def publish_score(self, score: ScoreUpdate) -> None:

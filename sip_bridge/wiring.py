@@ -27,6 +27,8 @@ from detectors.admission import AdmissionConfig, OverloadPolicy
 from detectors.bus.connect import resolve_url, sync_client
 from detectors.bus.coverage_objective import CoverageRule, CoverageTracker, Objective
 from detectors.bus.embedded import EmbeddedRedis, Supervisor
+from detectors.bus.evidence import EvidenceMode, EvidenceSettings, load_evidence_vault
+from detectors.bus.evidence_store import EvidenceWriter
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
 from detectors.bus.policy_watch import PolicyWatcher
@@ -43,9 +45,10 @@ from detectors.speaker.settings import BiometricsSettings
 from detectors.stages import chain
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
-from sip_bridge.biometrics import Biometrics, build_biometrics
+from sip_bridge.biometrics import Biometrics, build_biometrics, speaker_manifest
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
+from sip_bridge.evidence import EvidenceRecorder
 from sip_bridge.http import StatusServer
 from sip_bridge.settings import Settings, split_host_port
 
@@ -115,6 +118,7 @@ class Wiring:
         models: ModelSettings | None = None,
         detectors: list[Detector] | None = None,
         biometrics: BiometricsSettings | None = None,
+        evidence: EvidenceSettings | None = None,
     ) -> None:
         self.settings = settings
         self.bus_settings = bus_settings or BusSettings()
@@ -173,6 +177,7 @@ class Wiring:
         self.policy_watch = PolicyWatcher(
             self.client, Keys(self.bus_settings.key_prefix), self.runtime.set_policy
         )
+        self.evidence = self._evidence(evidence or EvidenceSettings())
         self.analysis: Analysis | None = None
         self.http: StatusServer | None = None
         self._alive: Callable[[], bool] = lambda: False
@@ -197,6 +202,22 @@ class Wiring:
             url = embedded.url
         return sync_client(bs, url), Supervisor(embedded)
 
+    def _evidence(self, settings: EvidenceSettings) -> EvidenceRecorder | None:
+        """The evidence recorder, when any tenant keeps evidence (issue 11)."""
+        modes = {settings.mode, *settings.tenant_modes.values()}
+        if modes == {EvidenceMode.OFF}:
+            return None
+        bs = self.bus_settings
+        manifest = speaker_manifest(self.detectors)
+        return EvidenceRecorder(
+            settings,
+            load_evidence_vault(settings, bs.state_dir),
+            EvidenceWriter(self.client, Keys(bs.key_prefix), settings.receipt_grace_s),
+            bs.node_id,
+            self.biometrics.stage if self.biometrics is not None else None,
+            manifest.key if manifest is not None else "",
+        )
+
     # ---- lifecycle --------------------------------------------------------------------
 
     def attach(self, ingest: Ingest) -> Analysis:
@@ -209,6 +230,7 @@ class Wiring:
             load_vault(self.bus_settings),
             self.echo,
             self.replay.stage if self.replay else None,
+            self.evidence,
         )
         self.enricher.analysis = self.analysis
         self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)
@@ -226,6 +248,8 @@ class Wiring:
             self.biometrics.start()
         if self.replay is not None:
             self.replay.start()
+        if self.evidence is not None:
+            self.evidence.start()
         if self.supervisor is not None:
             self.supervisor.start()
             self._supervising = True
@@ -251,6 +275,8 @@ class Wiring:
             self.biometrics.close()
         if self.replay is not None:
             self.replay.close()
+        if self.evidence is not None:
+            self.evidence.close()
         self.bus.close(timeout_s=5.0)
         if self.supervisor is not None and self._supervising:
             self.supervisor.stop()

@@ -95,6 +95,17 @@ class SpeakerBiometrics:
         with self._lock:
             self._calls.pop(call_id, None)  # the aggregate dies with the call
 
+    def aggregate(self, call_id: str) -> tuple[FloatArray, float] | None:
+        """A copy of the call's unit-length aggregate and its net speech (None: no
+        speech folded in yet, or biometrics off). Only for evidence retention, which a
+        tenant opts into (``detectors.bus.evidence``): the aggregate stays in memory
+        otherwise."""
+        with self._lock:
+            call = self._calls.get(call_id)
+            if call is None or call.total is None or call.mode is BiometricsMode.OFF:
+                return None
+            return l2_normalise(call.total.copy()), call.net_speech_s
+
     def has_call(self, call_id: str) -> bool:
         return call_id in self._calls
 
