@@ -20,7 +20,9 @@ from fastapi.staticfiles import StaticFiles
 
 from dashboard.audit import AuditLog
 from dashboard.auth import ApiKeyStore, Clock, RateLimiter, SessionStore, UserStore
+from dashboard.cases import CallFacts, CaseStore
 from dashboard.deps import Context, LoginRequiredError
+from dashboard.evidence import EvidenceDesk
 from dashboard.keys import DashKeys
 from dashboard.live import LiveHub
 from dashboard.oidc import LoginStates, OidcClient, OidcConfig
@@ -30,6 +32,8 @@ from dashboard.routes import (
     allowlist,
     auth,
     calls,
+    cases,
+    evidence,
     manage_pages,
     oidc,
     pages,
@@ -43,6 +47,7 @@ from dashboard.store import DashboardStore
 from detectors.bus.allowlist import AllowlistStore
 from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.connect import async_client
+from detectors.bus.evidence import EvidenceSettings, load_evidence_vault
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
 from detectors.bus.policy_store import PolicyStore
@@ -66,6 +71,7 @@ def create_app(
     redis_url: str | None = None,
     clock: Clock = time.time,
     password_hasher: PasswordHasher | None = None,
+    evidence_settings: EvidenceSettings | None = None,
 ) -> FastAPI:
     settings = settings or DashboardSettings()
     bus = bus or BusSettings()
@@ -77,6 +83,9 @@ def create_app(
     webhook_key = load_key(bus) if configured else None
     keys = Keys(bus.key_prefix)
     dash = DashKeys(keys)
+    # the bridge's evidence key: opens kept clips and embeddings (issue 11); never Redis
+    evidence_settings = evidence_settings or EvidenceSettings()
+    evidence_vault = load_evidence_vault(evidence_settings, bus.state_dir)
     oidc_config = OidcConfig.from_settings(settings)  # a wrong configuration fails the start
 
     @contextlib.asynccontextmanager
@@ -106,6 +115,11 @@ def create_app(
             oidc=OidcClient(oidc_config) if oidc_config else None,
             oidc_states=LoginStates(client, dash),
         )
+        app.state.evidence = EvidenceDesk(
+            client, dash, evidence_vault, evidence_settings.receipt_grace_s, clock
+        )
+        app.state.cases = CaseStore(client, dash)
+        app.state.call_facts = CallFacts(client, dash, settings.scores_scan)
         reader = asyncio.create_task(hub.run(), name="live-feed")
         try:
             yield
@@ -154,4 +168,7 @@ def create_app(
     routers = (auth, oidc, alerts, calls, admin, system, watchlist, webhooks, allowlist, policy)
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(evidence.router, prefix=API_PREFIX)
+    app.include_router(cases.router, prefix=API_PREFIX)
+    app.include_router(cases.pages)
     return app

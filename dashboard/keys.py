@@ -8,6 +8,9 @@
 ``dash:labels``           hash alert_id -> label JSON (what threshold calibration reads)
 ``dash:audit``            stream: one entry per analyst/admin action (``MAXLEN ~``)
 ``dash:rl:<what>:<who>``  rate-limit counters (expire with their window)
+``dash:evidence:holds``   hash call_id -> legal hold JSON (who, when, reason masked)
+``dash:evidence:reviewers`` hash name -> grant JSON: analysts who may play evidence
+``dash:cases``            hash case_id -> case JSON (linked calls, disposition, loss)
 ``dash:oidc:<state>``     a pending OpenID Connect login (nonce, PKCE verifier, browser
                           binding), TTL 10 minutes, read once
 """
@@ -54,6 +57,18 @@ class DashKeys:
 
     def rate(self, what: str, who: str) -> str:
         return f"{self._p}rl:{what}:{who}"
+
+    @property
+    def evidence_holds(self) -> str:
+        return f"{self._p}evidence:holds"
+
+    @property
+    def evidence_reviewers(self) -> str:
+        return f"{self._p}evidence:reviewers"
+
+    @property
+    def cases(self) -> str:
+        return f"{self._p}cases"
 
     def oidc(self, state: str) -> str:
         return f"{self._p}oidc:{state}"

@@ -14,6 +14,7 @@ from fastapi.templating import Jinja2Templates
 from dashboard import chart
 from dashboard.auth import Principal
 from dashboard.deps import CtxDep, PageAdmin, PageViewer
+from dashboard.evidence import evidence_view
 from dashboard.routes.auth import log_in, set_session_cookie
 from detectors.alert_schema import Band
 
@@ -150,6 +151,7 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
         detail=detail,
         chart=chart.build(detail.timeline, threshold),
         comments=comments,
+        evidence=await evidence_view(request, call_id, who),
         page="calls",
     )
 

@@ -4,9 +4,9 @@ role, every change is audited, and no response carries a voiceprint.
 
 The dashboard does not compute voiceprints (no numpy or model here): it stores one
 computed by ``callshield watchlist add|enrol --wav`` (which posts here) and checked by
-``detectors.bus.biometrics``. Enrolling from a call needs the call's aggregated
-embedding, which the bridge keeps only in memory: that answers 409 until evidence
-retention exists.
+``detectors.bus.biometrics``. Listing a fraudster from a call (``call_id``) uses the
+call's aggregated embedding that evidence retention kept (``dashboard.evidence``): once
+it expired, or when none was kept, the answer is 409 with the reason.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dashboard.deps import Analyst, Context, CtxDep
+from dashboard.evidence import EvidenceUnavailableError
 from dashboard.masking import mask_text
+from dashboard.routes.evidence import DeskDep
 from detectors.bus.biometrics import (
     SUBJECT_PATTERN,
     TENANT_PATTERN,
@@ -69,18 +71,20 @@ def _now(ctx: Context) -> datetime:
     return datetime.fromtimestamp(ctx.clock(), UTC)
 
 
-def _voiceprint(body: WatchlistIn) -> VoiceprintIn:
+async def _voiceprint(body: WatchlistIn, desk: DeskDep) -> VoiceprintIn:
     if body.voiceprint is not None and body.call_id is not None:
         raise HTTPException(422, "give a voiceprint or a call_id, not both")
     if body.voiceprint is not None:
         return body.voiceprint
     if body.call_id is not None:
-        raise HTTPException(
-            409,
-            "this node keeps no call embeddings (they never leave the bridge's memory "
-            "without evidence retention): enrol from the call's audio with "
-            "`callshield watchlist add --wav`",
-        )
+        try:
+            return VoiceprintIn(**await desk.voiceprint(body.call_id, body.tenant))
+        except EvidenceUnavailableError as exc:
+            raise HTTPException(
+                409, f"{exc}; enrol from the call's audio with `callshield watchlist add --wav`"
+            ) from None
+        except ValueError as exc:
+            raise HTTPException(503, f"the call's evidence does not open here: {exc}") from None
     raise HTTPException(422, "a voiceprint (from `callshield watchlist add --wav`) is needed")
 
 
@@ -104,9 +108,10 @@ async def list_entries(who: Analyst, ctx: CtxDep, tenant: TenantQ = "default") -
 
 
 @router.post("/watchlist", status_code=201)
-async def add_entry(body: WatchlistIn, who: Analyst, ctx: CtxDep) -> dict[str, Any]:
-    """List a fraudster's voice: legal basis, case reference and expiry required."""
-    vp = _voiceprint(body)
+async def add_entry(body: WatchlistIn, who: Analyst, ctx: CtxDep, desk: DeskDep) -> dict[str, Any]:
+    """List a fraudster's voice: legal basis, case reference and expiry required. The
+    voice comes from a voiceprint file or from a call whose embedding was kept."""
+    vp = await _voiceprint(body, desk)
     now = _now(ctx)
     try:
         entry = WatchlistEntry(

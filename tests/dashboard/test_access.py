@@ -59,6 +59,22 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/api/v1/system", None, "viewer"),
     ("GET", "/api/v1/openapi.json", None, "viewer"),
     ("POST", "/api/v1/auth/logout", {}, "viewer"),
+    # evidence: playing a clip needs the reviewer grant (admins always have it)
+    ("GET", "/api/v1/evidence/calls/call-1", None, "analyst"),
+    ("GET", "/api/v1/evidence/calls/call-1/clips/{alert}/audio", None, "admin"),
+    ("PUT", "/api/v1/evidence/calls/call-1/hold", {"reason": "matter 1"}, "admin"),
+    ("DELETE", "/api/v1/evidence/calls/call-1/hold", None, "admin"),
+    ("GET", "/api/v1/evidence/reviewers", None, "admin"),
+    ("PUT", "/api/v1/evidence/reviewers/{name}", None, "admin"),
+    ("DELETE", "/api/v1/evidence/reviewers/{name}", None, "admin"),
+    ("GET", "/api/v1/cases", None, "viewer"),
+    ("POST", "/api/v1/cases", {"title": "case 1", "calls": [{"call_id": "call-1"}]}, "analyst"),
+    ("GET", "/api/v1/cases/{case_id}", None, "viewer"),
+    ("PATCH", "/api/v1/cases/{case_id}", {"version": 1}, "analyst"),
+    ("POST", "/api/v1/cases/{case_id}/calls", {"call_id": "call-1"}, "analyst"),
+    ("DELETE", "/api/v1/cases/{case_id}/calls/call-1", None, "analyst"),
+    ("GET", "/api/v1/cases/{case_id}/suggestions", None, "analyst"),
+    ("GET", "/api/v1/cases/{case_id}/export", None, "analyst"),
 ]
 PAGES: list[tuple[str, str]] = [
     ("/", "viewer"),
@@ -70,6 +86,7 @@ PAGES: list[tuple[str, str]] = [
     ("/watchlist", "analyst"),
     ("/webhooks", "admin"),
     ("/policy", "admin"),
+    ("/cases", "viewer"),
 ]
 RANK = {"viewer": 1, "analyst": 2, "admin": 3}
 # what may be reached with no login at all: health, and what it takes to log in
@@ -100,6 +117,7 @@ def test_every_route_is_in_the_tables(dash: Dash) -> None:
     """A new route must be added to the tables above (and so to the role tests)."""
     known = {(m, p) for m, p, _, _ in API} | {("GET", p) for p, _ in PAGES} | ANONYMOUS
     known |= {("POST", "/logout"), ("POST", "/policy"), ("POST", "/policy/what-if")}
+    known |= {("GET", "/cases/{case_id}")}  # a case's page: tests/e2e/test_evidence_e2e.py
     found = set()
     for prefix, route in _walk(dash.client.app.routes):  # type: ignore[attr-defined]
         if isinstance(route, APIRoute):
