@@ -77,7 +77,7 @@ def test_bad_voiceprints_and_missing_fields_are_refused(dash: Dash) -> None:
     for bad, status, text in (
         ({**ENTRY, "voiceprint": voiceprint(scale=2.0)}, 422, "not L2-normalised"),
         ({**ENTRY, "voiceprint": {**voiceprint(), "dim": DIM + 1}}, 422, "bytes"),
-        ({**ENTRY, "call_id": "call-1"}, 409, "never leave"),
+        ({**ENTRY, "call_id": "call-1"}, 409, "no speaker embedding was kept"),
         ({**ENTRY}, 422, "voiceprint"),
         (
             {**{k: v for k, v in ENTRY.items() if k != "legal_basis"}, "voiceprint": voiceprint()},
