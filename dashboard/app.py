@@ -40,6 +40,7 @@ from dashboard.routes import (
     policy,
     system,
     watchlist,
+    watchlist_review,
     webhooks,
 )
 from dashboard.settings import DashboardSettings
@@ -165,7 +166,19 @@ def create_app(
     app.include_router(pages.router)
     app.include_router(manage_pages.router)
     app.include_router(policy.pages)
-    routers = (auth, oidc, alerts, calls, admin, system, watchlist, webhooks, allowlist, policy)
+    routers = (
+        auth,
+        oidc,
+        alerts,
+        calls,
+        admin,
+        system,
+        watchlist,
+        watchlist_review,
+        webhooks,
+        allowlist,
+        policy,
+    )
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(evidence.router, prefix=API_PREFIX)

@@ -41,7 +41,15 @@ async def watchlist_page(
     tenant: Annotated[str, Query(pattern=TENANT_PATTERN)] = "default",
 ) -> Response:
     listed = await watchlist.list_entries(who, ctx, tenant)
-    return render(request, "watchlist.html", who, listed=listed, when=when, page="watchlist")
+    return render(
+        request,
+        "watchlist.html",
+        who,
+        listed=listed,
+        when=when,
+        page="watchlist",
+        two_person=ctx.settings.watchlist_two_person,
+    )
 
 
 @router.get("/webhooks")

@@ -123,6 +123,9 @@ async def add_entry(body: WatchlistIn, who: Analyst, ctx: CtxDep, desk: DeskDep)
             expires_at=now + timedelta(days=body.expires_in_days),
             added_by=who.name,
             created_at=now,
+            # two-person rule: pending (unused by the bridges) until another analyst
+            # approves it (dashboard.routes.watchlist_review)
+            status="pending" if ctx.settings.watchlist_two_person else "active",
             **vp.model_dump(),
         )
     except ValidationError as exc:
@@ -137,6 +140,7 @@ async def add_entry(body: WatchlistIn, who: Analyst, ctx: CtxDep, desk: DeskDep)
         legal_basis=mask_text(entry.legal_basis),
         expires_at=entry.expires_at.isoformat(),
         source=mask_text(entry.source),
+        status=entry.status,
     )
     return entry.public()
 

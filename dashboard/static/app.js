@@ -150,6 +150,17 @@
   });
   const wlTable = document.getElementById("watchlist");
   if (wlTable) wlTable.addEventListener("click", async (ev) => {
+    const review = ev.target.closest("button[data-approve], button[data-reject]");
+    if (review) {
+      const id = review.dataset.approve || review.dataset.reject;
+      const act = review.dataset.approve ? "approve" : "reject";
+      try {
+        await post("/api/v1/watchlist/" + encodeURIComponent(id) + "/" + act +
+          "?tenant=" + encodeURIComponent(wlTable.dataset.tenant), {});
+        location.reload();
+      } catch (e) { alert(e.message); }
+      return;
+    }
     const btn = ev.target.closest("button[data-remove]"); if (!btn) return;
     try {
       await send("DELETE", "/api/v1/watchlist/" + encodeURIComponent(btn.dataset.remove) +

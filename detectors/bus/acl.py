@@ -186,6 +186,8 @@ def components(prefix: str) -> dict[str, Component]:
                     "hincrby",
                     "hmget",  # an evidence record's meta and ciphertext
                     "ttl",  # how long evidence has left
+                    "watch",  # approving a watchlist entry: read, check, write if unchanged
+                    "unwatch",
                 ),
             ),
             # legal hold: evidence loses or regains its expiry, and nothing else

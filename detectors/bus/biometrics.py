@@ -24,7 +24,7 @@ import sys
 from array import array
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -103,17 +103,32 @@ class _Voiceprint(_Record):
 
 
 class WatchlistEntry(_Voiceprint):
+    """``status``: ``pending`` until a second analyst approves it (the two-person rule):
+    bridges use ``active`` entries only (and a bridge older than the field fails to parse
+    a pending entry, so skips it too)."""
+
     entry_id: str = Field(pattern=r"^wl_[0-9a-f]{16}$")
     label: Text
     legal_basis: Text  # e.g. "GDPR art. 9(2)(f): legal claims; fraud case 2025-114"
     case_ref: Text  # the consent or case reference behind the listing
     expires_at: datetime
+    status: Literal["pending", "active"] = "active"
+    approved_by: Annotated[str, Field(min_length=1, max_length=120)] | None = None
+    approved_at: datetime | None = None
 
     @model_validator(mode="after")
     def _expiry_after_creation(self) -> WatchlistEntry:
         if self.expires_at <= self.created_at:
             raise ValueError("expires_at must be after created_at")
+        if self.approved_by is not None and self.approved_by == self.added_by:
+            raise ValueError("an entry cannot be approved by the analyst who added it")
+        if self.status == "pending" and self.approved_by is not None:
+            raise ValueError("a pending entry has no approver")
         return self
+
+    @property
+    def active(self) -> bool:
+        return self.status == "active"
 
     def expired(self, now: datetime) -> bool:
         return now >= self.expires_at

@@ -77,6 +77,37 @@ class BiometricsStore:
             removed, _ = await p.execute()
         return int(removed)
 
+    async def approve_entry(
+        self, tenant: str, entry_id: str, approver: str, at: datetime
+    ) -> WatchlistEntry:
+        """Make a pending entry active (the second analyst of the two-person rule), with
+        a version bump so bridges load it. ``LookupError``: no such entry; ``ValueError``:
+        not pending, or the approver is the analyst who added it."""
+        key = self._k.watchlist(tenant)
+        async with self._r.pipeline(transaction=True) as p:
+            while True:
+                try:
+                    await p.watch(key)
+                    body: Any = await p.hget(key, entry_id)
+                    if body is None:
+                        raise LookupError(entry_id)
+                    entry = WatchlistEntry.model_validate_json(body)
+                    if entry.active:
+                        raise ValueError("the entry is not pending approval")
+                    if entry.added_by == approver:
+                        raise ValueError("the analyst who added an entry cannot approve it")
+                    approved = entry.model_copy(
+                        update={"status": "active", "approved_by": approver, "approved_at": at}
+                    )
+                    WatchlistEntry.model_validate(approved.model_dump())  # the model's checks
+                    p.multi()  # type: ignore[no-untyped-call]
+                    p.hset(key, entry_id, approved.model_dump_json())
+                    p.incr(self._k.watchlist_version(tenant))
+                    await p.execute()
+                    return approved
+                except redis.WatchError:
+                    continue  # changed meanwhile: read it again
+
     async def purge_expired(self, tenant: str, now: datetime) -> list[str]:
         """Delete the tenant's expired entries (data minimisation); their ids."""
         entries, _ = await self.entries(tenant)

@@ -5,9 +5,9 @@ enrolments fetched when a call claims an account.
 The scoring path only reads ``watchlist(tenant)``: a reference to an immutable
 ``WatchlistIndex``, no lock, no I/O. A refresher thread polls each followed tenant's
 version counter (one GET per tenant per ``refresh_s``) and rebuilds the index when it
-moved or when an entry expired. Entries of another speaker model, or that fail to parse,
-are skipped and counted. ``enrolment`` does one GET: call it off the scoring path (the
-call-update thread does).
+moved or when an entry expired. Entries pending a second analyst's approval, of another
+speaker model, or that fail to parse, are skipped and counted. ``enrolment`` does one
+GET: call it off the scoring path (the call-update thread does).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class StateStats:
     skipped_bad: int = 0
     skipped_model: int = 0
     skipped_expired: int = 0
+    skipped_pending: int = 0  # awaiting a second analyst's approval: not used
     redis_errors: int = 0
 
 
@@ -139,10 +140,13 @@ class RedisSpeakerState:
             return current
         version, entries, bad = read_entries(self._r, self._k, tenant)
         ids, vectors, expiries = [], [], []
-        expired = 0
+        expired = pending = 0
         for e in entries:
             if e.expired(now):
                 expired += 1
+                continue
+            if not e.active:
+                pending += 1
                 continue
             if not self._usable(e):
                 continue
@@ -151,6 +155,7 @@ class RedisSpeakerState:
             expiries.append(e.expires_at.timestamp())
         self.stats.skipped_bad += bad
         self.stats.skipped_expired += expired
+        self.stats.skipped_pending += pending
         if ids:
             index = WatchlistIndex.build(
                 tenant,

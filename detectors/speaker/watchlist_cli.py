@@ -130,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             }
             done = _send("POST", f"{base}/watchlist", key, body)
             print(f"added {done['entry_id']} to {args.tenant}'s watchlist ({vp['net_speech_s']} s)")
+            if done.get("status") == "pending":
+                print("pending: another analyst must approve it on the dashboard's watchlist page")
         else:
             body = {
                 "tenant": args.tenant,

@@ -80,7 +80,8 @@ def test_entry_rules() -> None:
 
 
 def test_enrolment_needs_consent() -> None:
-    base = entry().model_dump(exclude={"entry_id", "label", "legal_basis", "case_ref"})
+    watchlist_only = {"entry_id", "label", "legal_basis", "case_ref", "status", "approved_by"}
+    base = entry().model_dump(exclude=watchlist_only | {"approved_at"})
     ok = Enrolment.model_validate({**base, "subject": "acct-1", "consent_ref": "IVR-2025-01"})
     assert ok.expires_at is not None and not ok.expired(NOW)
     with pytest.raises(ValidationError):

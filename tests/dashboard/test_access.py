@@ -36,6 +36,8 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/api/v1/watchlist", None, "analyst"),
     ("POST", "/api/v1/watchlist", {"label": "incomplete"}, "analyst"),
     ("DELETE", "/api/v1/watchlist/{entry_id}", None, "analyst"),
+    ("POST", "/api/v1/watchlist/{entry_id}/approve", None, "analyst"),
+    ("POST", "/api/v1/watchlist/{entry_id}/reject", None, "analyst"),
     ("PUT", "/api/v1/enrolments/{subject}", {"consent_ref": "incomplete"}, "analyst"),
     ("GET", "/api/v1/enrolments/{subject}", None, "analyst"),
     ("DELETE", "/api/v1/enrolments/{subject}", None, "analyst"),

@@ -272,6 +272,19 @@ async def _admin(browser: Browser, dash: RunningDashboard, tmp: Path, receiver: 
     assert "FR-2026-114" in (await row.text_content() or "")
     assert "embedding" not in await page.content()
     assert dash.redis.hlen(dash.keys.watchlist("default")) == 1
+    # two-person rule: pending, and its author has no approve button
+    assert await row.get_attribute("data-status") == "pending"
+    assert await row.locator("button[data-approve]").count() == 0
+    other = await _login(browser, dash.base, "analyst")
+    await other.goto("/watchlist")
+    async with other.page.expect_navigation():
+        await other.page.locator("#watchlist tr[data-entry-id] button[data-approve]").click()
+    approved = other.page.locator("#watchlist tr[data-entry-id]")
+    assert await approved.get_attribute("data-status") == "active"
+    assert "approved by analyst" in (await approved.text_content() or "")
+    other.clean()
+    await other.context.close()
+    await s.goto("/watchlist")
     await s.shot("watchlist")
     await row.locator("button[data-remove]").click()
     await page.locator("#watchlist-count:text-is('0')").wait_for()
@@ -325,7 +338,13 @@ async def _admin(browser: Browser, dash: RunningDashboard, tmp: Path, receiver: 
 
     await s.goto("/audit")
     audit = await page.text_content("main") or ""
-    for action in ("watchlist.add", "watchlist.remove", "webhook.add", "webhook.replay"):
+    for action in (
+        "watchlist.add",
+        "watchlist.approve",
+        "watchlist.remove",
+        "webhook.add",
+        "webhook.replay",
+    ):
         assert action in audit
     assert secret not in audit
     await s.shot("audit")
