@@ -62,6 +62,11 @@ def add_parser(sub: Any, name: str) -> None:
     )
     p.add_argument("--per-call", action="store_true", help="include every call's scores")
     p.add_argument(
+        "--by-family",
+        action="store_true",
+        help="also EER per spoof family (the spoof speaker id's text before its first '_')",
+    )
+    p.add_argument(
         "--watchlist-sizes",
         help="instead: known_fraudster per-call false-match and hit rates per watchlist size "
         "(e.g. 10,100,1000) on a MANIFEST.csv speech folder (DIR or --from-manifest)",
@@ -256,6 +261,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                     aggregate=args.aggregate,
                     threshold=m.threshold_for(None if c == "clean" else "pcmu"),
                     policy_threshold=pol_thr,
+                    by_family=args.by_family,
                 )
                 for c in conditions
             }

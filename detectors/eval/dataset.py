@@ -49,6 +49,12 @@ def scan(root: Path) -> list[Item]:
     return items
 
 
+def family_of(speaker: str) -> str:
+    """A spoof speaker's generator family: the id's text before its first '_'
+    (``gemini_Kore`` -> ``gemini``, ``espeak_en-us`` -> ``espeak``)."""
+    return speaker.split("_", 1)[0]
+
+
 def by_speaker(items: Sequence[Item]) -> list[Item]:
     """One call per (label, speaker): the speaker's files in order, back to back."""
     groups: dict[tuple[str, str], list[Path]] = {}

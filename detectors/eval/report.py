@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from detectors.eval.dataset import Item, Split
+from detectors.eval.dataset import Item, Split, family_of
 from detectors.eval.engine import CallOutcome
 from detectors.eval.metrics import eer, rates_at
 
@@ -23,12 +23,17 @@ def condition_report(
     aggregate: str,
     threshold: float,
     policy_threshold: float,
+    by_family: bool = False,
 ) -> dict[str, Any]:
     """Figures for one detector in one condition, on the test speakers (with the
-    threshold at EER of the calibration speakers applied to them, when there are any)."""
+    threshold at EER of the calibration speakers applied to them, when there are any).
+    ``by_family``: also the EER and miss rate of every spoof family (the speaker id's
+    text before its first '_': ``gemini_Kore`` is family ``gemini``) against all test
+    bona fide calls."""
     parts: dict[str, dict[str, list[float]]] = {
         p: {"bonafide": [], "spoof": []} for p in ("test", "calib")
     }
+    families: dict[str, list[float]] = {}
     calls: Counter[str] = Counter()
     speakers: dict[str, set[str]] = {"bonafide": set(), "spoof": set()}
     abstained: dict[str, Counter[str]] = {"bonafide": Counter(), "spoof": Counter()}
@@ -42,6 +47,8 @@ def condition_report(
         score = o.score(aggregate)
         if score is not None:
             parts[part][it.label].append(score)
+            if part == "test" and it.label == "spoof":
+                families.setdefault(family_of(it.speaker), []).append(score)
         if part != "test":
             continue
         calls[it.label] += 1
@@ -75,6 +82,15 @@ def condition_report(
         else None,
         "missed_calls": _r(1 - alerted["spoof"] / calls["spoof"]) if calls["spoof"] else None,
     }
+    if by_family:
+        out["by_family"] = {}
+        for fam, scores in sorted(families.items()):
+            fe = eer(test["bonafide"], scores)
+            out["by_family"][fam] = {
+                "scored_calls": len(scores),
+                "eer": _r(fe.eer) if fe else None,
+                "miss_rate": _r(rates_at([], scores, threshold)[1]),
+            }
     calib = parts["calib"]
     ce = eer(calib["bonafide"], calib["spoof"])
     if ce is not None:
@@ -117,6 +133,11 @@ def format_text(report: dict[str, Any]) -> str:
                 f"{r['speakers']['bonafide']}/{r['speakers']['spoof']}  "
                 f"{sum(ab['bonafide'].values())}/{sum(ab['spoof'].values())}"
             )
+            for fam, f in r.get("by_family", {}).items():
+                lines.append(
+                    f"    spoof family {fam:<12} EER {pct(f['eer'])}  miss@thr "
+                    f"{pct(f['miss_rate'])}  ({f['scored_calls']} scored calls)"
+                )
             if "calibrated" in r:
                 c = r["calibrated"]
                 lines.append(
