@@ -1,5 +1,5 @@
 """``callshield models list | verify | install | build-fixtures | import-aasist |
-derive-speaker | install-vad | eval-speaker``: the models directory.
+derive-speaker | train-synthetic | install-vad | eval-speaker``: the models directory.
 
 Nothing is downloaded: ``install`` copies a local ONNX file and its manifest (checked by
 sha256); ``build-fixtures`` (a dev command, needs the ``onnx`` package) builds the
@@ -63,6 +63,16 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("speech_dir", type=Path)
     p.add_argument("--datasets", default="speechocean762")
     p.add_argument("--fraction", type=float, default=0.25, help="share of speakers (hash)")
+    p = verbs.add_parser(
+        "train-synthetic",
+        help="train CallShield's own 8 kHz synthetic_voice model from the shared corpus "
+        "(convert extra; CPU, minutes)",
+    )
+    p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
+    p.add_argument("--work", type=Path, help="generated spoofs, test split, report (a cache)")
+    p.add_argument("--speech-dir", type=Path, help="default: $CALLSHIELD_SHARED/data/speech")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="a tiny build, for tests")
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
@@ -155,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
         from detectors.speaker.cohort import run_cli as build_cohort
 
         return build_cohort(store, args.speech_dir, args.datasets, args.fraction)
+    if args.verb == "train-synthetic":
+        from detectors.synthetic.build import run_cli as train_synthetic
+
+        return train_synthetic(args.out or root, args.work, args.speech_dir, args.seed, args.quick)
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad
 

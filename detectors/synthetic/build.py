@@ -1,0 +1,356 @@
+"""``callshield models train-synthetic``: derive CallShield's own synthetic_voice model
+from the shared speech corpus, end to end, offline:
+
+    corpus split by speaker (corpus.part_of) -> spoofs generated per part (generators,
+    cached in the work directory) -> every clip at 8 kHz -> training windows through
+    random telephone channels -> train (torch, CPU; the state dict is kept in the work
+    directory) -> ONNX (opset 17, dynamic batch, output P(spoof)) -> ONNX Runtime vs
+    torch on real windows (max |Δ P(spoof)| <= 1e-5) -> dev scoring per
+    channel condition (speakers and generators disjoint from training) -> thresholds per
+    codec at <= 2 % dev false alarms -> manifest -> the models directory
+    -> the test split laid out for ``callshield eval`` (bona fide test speakers, test
+    spoofs, and the unseen generator gemini_tts_es_mx).
+
+torch, librosa, pyworld and the piper voice (the ``convert`` extra) are imported inside
+functions; nothing here runs at run time, and no weight file is part of the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detectors.alert_schema import Dimension, LegRole
+from detectors.eval.metrics import eer
+from detectors.manifest import InputSpec, ModelManifest, OutputSpec
+from detectors.model_store import Installed, ModelStore
+from detectors.synthetic import channel, corpus, dataset, generators, train
+from detectors.synthetic.dataset import Budget, Clip
+from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
+
+NAME = "callshield-synthetic-8k"
+VERSION = "1.0.0"
+OPSET = 17
+TOLERANCE = 1e-5  # max |ONNX Runtime - torch| on the output, P(spoof)
+MAX_DEV_FA = 0.02  # the goal: <= 2 % of genuine calls flagged at the shipped threshold
+INPUT_NAME = "waveform"
+OUTPUT_NAME = "p_spoof"
+DEV_CONDITIONS = ("clean", "pcmu", "pcma", "pcmu_loss5")
+QUICK_BUDGET = Budget(tts_per_system=2, vocoded_per_speaker=1, max_vocoded_per_family=3)
+QUICK_SYSTEMS = ("espeak_en-us", "espeak_en-us-f3", "espeak_en-us-m7", "griffinlim_gl32")
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    installed: Installed
+    report: dict[str, Any]
+    model: Any  # the trained torch module (eval mode), for checks
+
+
+class BuildError(ValueError):
+    """The build cannot go on (missing data or tools, an export that does not verify)."""
+
+
+def default_speech_dir() -> Path:
+    env = os.environ.get("CALLSHIELD_SHARED")
+    base = Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared"
+    return base / "data" / "speech"
+
+
+def default_work_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "callshield" / "train-synthetic"
+
+
+def export_onnx(model: Any) -> bytes:
+    import torch
+
+    dummy = torch.zeros(2, WINDOW, dtype=torch.float32)
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            model,
+            (dummy,),
+            path := Path(tmp) / "model.onnx",
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+        return path.read_bytes()
+
+
+def ort_session(model: bytes) -> Any:
+    import onnxruntime as ort
+
+    from detectors.onnx_detector import session_options
+
+    return ort.InferenceSession(model, session_options(1), providers=["CPUExecutionProvider"])
+
+
+def max_diff(model: Any, session: Any, windows: FloatArray) -> float:
+    """max |ONNX Runtime - torch| on the output, batched and one window at a time."""
+    import torch
+
+    with torch.no_grad():
+        ref = model(torch.from_numpy(windows)).numpy()
+    got = session.run([OUTPUT_NAME], {INPUT_NAME: windows})[0]
+    one = np.concatenate(
+        [session.run([OUTPUT_NAME], {INPUT_NAME: windows[i : i + 1]})[0] for i in range(2)]
+    )
+    return float(max(np.max(np.abs(got - ref)), np.max(np.abs(one - ref[:2]))))
+
+
+def _scorer(session: Any) -> Any:
+    def score(w: FloatArray) -> FloatArray:
+        out = []
+        for i in range(0, len(w), 64):
+            out.append(session.run([OUTPUT_NAME], {INPUT_NAME: w[i : i + 64]})[0].reshape(-1))
+        result: FloatArray = np.concatenate(out).astype(np.float32)
+        return result
+
+    return score
+
+
+def dev_report(
+    session: Any, clips: list[Clip], audio: list[FloatArray], seed: int
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Dev figures per condition (EER overall and per family, FA/miss at the chosen
+    threshold) and the thresholds per codec."""
+    report: dict[str, Any] = {}
+    thresholds: dict[str, float] = {}
+    score = _scorer(session)
+    for cond in DEV_CONDITIONS:
+
+        def transform(x: FloatArray, i: int, cond: str = cond) -> FloatArray:
+            return channel.condition(x, cond, seed=seed * 1000 + i)
+
+        scores = train.clip_scores(score, audio, transform)
+        fam = train.by_family(clips, scores)
+        bona = fam.pop("bonafide", [])
+        spoof = [s for v in fam.values() for s in v]
+        e = eer(bona, spoof)
+        thr = train.threshold_at_fa(bona, MAX_DEV_FA) if bona else 0.5
+        thresholds[cond] = thr
+        report[cond] = {
+            "eer": None if e is None else round(e.eer, 4),
+            "threshold_at_2pct_fa": round(thr, 6),
+            "false_alarm": round(float(np.mean(np.asarray(bona) >= thr)), 4) if bona else None,
+            "miss": round(float(np.mean(np.asarray(spoof) < thr)), 4) if spoof else None,
+            "scored": {"bonafide": len(bona), "spoof": len(spoof)},
+            "eer_by_family": {
+                f: (None if (r := eer(bona, v)) is None else round(r.eer, 4))
+                for f, v in sorted(fam.items())
+            },
+        }
+    return report, {
+        "pcmu": thresholds["pcmu"],
+        "pcma": thresholds["pcma"],
+        # an unknown codec gets the strictest of the dev conditions
+        "default": max(thresholds.values()),
+    }
+
+
+def licence_text(used: list[corpus.Utterance]) -> str:
+    sets = ", ".join(
+        f"{lic}: {', '.join(sorted(ds))}" for lic, ds in sorted(corpus.licences(used).items())
+    )
+    return (
+        "CC BY-SA 3.0 (ShareAlike: trained on the CC BY-SA 3.0 Asterisk prompts of "
+        f"Allison Smith, © 2003-2008, with Digium, Inc.); training data licences: {sets}; "
+        "spoofs generated by espeak-ng (GPL-3 tool, output not covered), flite and "
+        "festival (BSD-style), the piper en_US-joe-medium voice (MIT, CC0 data)"
+    )
+
+
+def make_manifest(
+    onnx_bytes: bytes,
+    version: str,
+    thresholds: dict[str, float],
+    training_speakers: list[str],
+    provenance: str,
+    licence: str,
+    quick: bool,
+) -> ModelManifest:
+    return ModelManifest(
+        name=NAME,
+        version=version,
+        dimension=Dimension.SYNTHETIC_VOICE,
+        file=f"{NAME}-{version}.onnx",
+        sha256=hashlib.sha256(onnx_bytes).hexdigest(),
+        input=InputSpec(name=INPUT_NAME, sample_rate=channel.RATE, window=WINDOW, hop=HOP),
+        output=OutputSpec(score=OUTPUT_NAME, score_transform="identity"),
+        min_net_speech_s=train.MIN_NET_SPEECH_S,
+        roles=(LegRole.EXTERNAL,),
+        thresholds={k: round(min(1.0, v), 6) for k, v in thresholds.items()},
+        provenance=provenance,
+        licence=licence,
+        training_speakers=tuple(sorted(training_speakers)),
+        description=(
+            ("QUICK BUILD (test only, not a detector): " if quick else "")
+            + "CallShield's own synthetic-voice model for 8 kHz telephone audio: log "
+            "spectrogram + small CNN, 3 s windows, score = P(spoof). Trained on the shared "
+            "corpus against espeak-ng, flite, festival, piper and WORLD / Griffin-Lim "
+            "resynthesis through simulated telephone channels; thresholds per codec at "
+            "<= 2 % false alarms on dev speakers. See docs/models/synthetic_voice.md for "
+            "the measured figures and the weaknesses."
+        ),
+    )
+
+
+def write_testset(clips: list[Clip], root: Path) -> int:
+    """The test split as ``callshield eval`` reads it: root/<label>/<speaker>/<file>
+    (symlinks)."""
+    n = 0
+    for c in clips:
+        d = root / ("spoof" if c.label else "bonafide") / c.speaker
+        d.mkdir(parents=True, exist_ok=True)
+        link = d / c.path.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(c.path.resolve())
+        n += 1
+    return n
+
+
+def build(
+    out_dir: Path,
+    work: Path,
+    speech_dir: Path,
+    seed: int,
+    quick: bool,
+    cfg: TrainConfig | None = None,
+    progress: Any = None,
+) -> BuildResult:
+    say = progress or (lambda msg: None)
+    started = time.monotonic()
+    utts = corpus.load_corpus(speech_dir)
+    if quick:
+        utts = dataset.subset(utts, seed, per_part=3)
+    systems = [s for s in generators.SYSTEMS if not quick or s.id in QUICK_SYSTEMS]
+    budget = QUICK_BUDGET if quick else Budget()
+    jobs = dataset.plan(utts, work, seed, budget, systems)
+    failures = dataset.generate(jobs, progress=say)
+    all_clips = dataset.clips(utts, jobs, seed)
+    parts = {p: [c for c in all_clips if c.part == p] for p in corpus.PARTS}
+    for p in ("train", "dev"):
+        if not {c.label for c in parts[p]} >= {0, 1}:
+            raise BuildError(f"the {p} part needs bona fide and spoof clips")
+    say("clips: " + ", ".join(f"{p} {len(v)}" for p, v in parts.items()))
+    audio = {p: dataset.load_8k(parts[p]) for p in ("train", "dev")}
+    cfg = cfg or (train.QUICK if quick else TrainConfig())
+    t0 = time.monotonic()
+    windows, labels = train.draw_windows(parts["train"], audio["train"], cfg.windows, seed)
+    say(f"{len(windows)} training windows drawn in {time.monotonic() - t0:.0f} s")
+    t0 = time.monotonic()
+    model, losses = train.train(windows, labels, cfg, seed, say)
+    train_s = time.monotonic() - t0
+    import torch
+
+    torch.save(model.state_dict(), work / f"model-s{seed}{'-quick' if quick else ''}.pt")
+    onnx_bytes = export_onnx(model)
+    session = ort_session(onnx_bytes)
+    check = np.concatenate(
+        [train.runtime_windows(x) for x in audio["dev"][:8]] + [windows[:4] / np.float32(32768)]
+    ).astype(np.float32)
+    diff = max_diff(model, session, check)
+    if not diff <= TOLERANCE:
+        raise BuildError(f"ONNX output differs from torch by {diff:.3g} > {TOLERANCE}")
+    dev, thresholds = dev_report(session, parts["dev"], audio["dev"], seed)
+    train_bona = sorted({c.speaker for c in parts["train"] if c.label == 0})
+    used = [u for u in utts if u.label == "bonafide" and u.speaker in set(train_bona)]
+    version = f"{VERSION}{'-quick' if quick else ''}+s{seed}"
+    families = sorted({c.system for c in parts["train"] if c.label == 1})
+    provenance = (
+        f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}) "
+        f"on the shared speech corpus: {len(train_bona)} bona fide training speakers, "
+        f"{sum(c.label == 0 for c in parts['train'])} files; spoof systems {', '.join(families)}; "
+        f"{cfg.windows} telephone-channel windows, {cfg.epochs} epochs; ONNX opset {OPSET}, "
+        f"max |ONNX Runtime - torch| on P(spoof) {diff:.1e} over {len(check)} windows"
+    )
+    manifest = make_manifest(
+        onnx_bytes, version, thresholds, train_bona, provenance, licence_text(used), quick
+    )
+    installed = ModelStore(out_dir).add_built(onnx_bytes, manifest)
+    testset = work / f"testset-s{seed}{'-quick' if quick else ''}"
+    if testset.exists():
+        import shutil
+
+        shutil.rmtree(testset)
+    write_testset(parts["test"], testset)
+    report: dict[str, Any] = {
+        "model": installed.manifest.key,
+        "installed": str(installed.model_path),
+        "seed": seed,
+        "quick": quick,
+        "config": asdict(cfg),
+        "speakers": {
+            p: sorted({c.speaker for c in parts[p] if c.label == 0}) for p in corpus.PARTS
+        },
+        "clips": {
+            p: dict(sorted(Counter(c.family for c in parts[p]).items())) for p in corpus.PARTS
+        },
+        "generation_failures": failures,
+        "epoch_losses": [round(x, 5) for x in losses],
+        "train_seconds": round(train_s, 1),
+        "onnx_max_abs_diff": diff,
+        "dev": dev,
+        "thresholds": installed.manifest.thresholds,
+        "testset": str(testset),
+        "total_seconds": round(time.monotonic() - started, 1),
+    }
+    (work / f"report-s{seed}{'-quick' if quick else ''}.json").write_text(
+        json.dumps(report, indent=2) + "\n", encoding="utf-8"
+    )
+    return BuildResult(installed, report, model)
+
+
+def run_cli(
+    out_dir: Path, work: Path | None, speech_dir: Path | None, seed: int, quick: bool
+) -> int:
+    from detectors.aasist.importer import torch_available
+
+    if not torch_available():
+        print(
+            "error: train-synthetic needs torch (offline only): pip install 'callshield[convert]'"
+        )
+        return 2
+    work = work or default_work_dir()
+    speech_dir = speech_dir or default_speech_dir()
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        result = build(
+            out_dir, work, speech_dir, seed, quick,
+            progress=lambda m: print(m, file=sys.stderr, flush=True),
+        )  # fmt: skip
+        installed, report = result.installed, result.report
+    except (BuildError, ValueError) as exc:
+        print(f"error: {exc}")
+        return 1
+    print(f"installed {installed.manifest.key} -> {installed.model_path}")
+    print(f"  ONNX vs torch max |Δ P(spoof)| {report['onnx_max_abs_diff']:.1e}")
+    for cond, r in report["dev"].items():
+        print(
+            f"  dev {cond:<11} EER {r['eer']}  threshold {r['threshold_at_2pct_fa']:.4f}  "
+            f"FA {r['false_alarm']}  miss {r['miss']}  by family {r['eer_by_family']}"
+        )
+    print(f"  thresholds {report['thresholds']}")
+    print(f"  test split laid out in {report['testset']}; measure it with:")
+    print(
+        f"  callshield eval {report['testset']} --models-dir {out_dir} "
+        f"--detector {NAME} --by-family"
+    )
+    return 0
