@@ -58,6 +58,10 @@ class Abstention(StrEnum):
     UNAVAILABLE = "unavailable"  # the detector failed or missed its deadline
     ECHO = "echo"  # the external leg carries the internal leg's audio (speakerphone echo)
     ALLOWLISTED = "allowlisted"  # the contact center's own benign audio (prompts, music)
+    # the tenant's biometrics_mode leaves this out (off: the speaker model is not run;
+    # watchlist_only: no voice verification); not a coverage loss
+    BIOMETRICS_OFF = "biometrics_off"
+    NO_ENROLMENT = "no_enrolment"  # nothing to verify against: no enrolled account claimed
 
 
 Score = Annotated[float, Field(ge=0.0, le=1.0)]

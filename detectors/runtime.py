@@ -23,13 +23,13 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from detectors.admission import Admission, AdmissionConfig, Decision
-from detectors.alert_schema import LegRole
+from detectors.alert_schema import Abstention, LegRole
 from detectors.bus.policy import Scope
 from detectors.contract import Detector, WindowResult
 from detectors.fusion import AlertPublisher, Fusion, Policy
 from detectors.metrics import DetectorMetrics
 from detectors.scheduler import BatchObserver, LaneConfig, Scheduler
-from detectors.windowing import FrameBank, LegInfo, WindowPlan
+from detectors.windowing import FrameBank, LegInfo, WindowJob, WindowPlan
 from native.ingest import PulledFrames
 
 
@@ -42,6 +42,15 @@ class ResultStage(Protocol):
     def end_call(self, call_id: str) -> None: ...
 
     def process(self, result: WindowResult) -> tuple[WindowResult, ...]: ...
+
+
+@runtime_checkable
+class GatingStage(Protocol):
+    """A stage that decides, per call, whether a detector runs at all: for a window it
+    gates, the job becomes an abstention before the scheduler, so the model never sees
+    the audio (e.g. the speaker model for a tenant whose ``biometrics_mode`` is off)."""
+
+    def gate(self, detector: str, call_id: str) -> Abstention | None: ...
 
 
 @runtime_checkable
@@ -187,8 +196,11 @@ class DetectorRuntime:
     def on_frames(self, pulled: PulledFrames) -> None:
         self.bank.push(pulled.ids, pulled.pcm, pulled.infos)
         now = self._clock()
+        gate = self.stage if isinstance(self.stage, GatingStage) else None
         for plan in self.plans:
             jobs = plan.collect(now)
+            if gate is not None:
+                jobs = [_gated(gate, j) for j in jobs]
             if jobs:
                 self.scheduler.submit(jobs)
 
@@ -200,3 +212,10 @@ class DetectorRuntime:
         if self._on_result is not None:
             for r in results:
                 self._on_result(r)
+
+
+def _gated(gate: GatingStage, job: WindowJob) -> WindowJob:
+    if job.abstained is not None:
+        return job
+    why = gate.gate(job.detector, job.key.call_id)
+    return job if why is None else replace(job, abstained=why, ring=None)

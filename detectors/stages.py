@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from detectors.alert_schema import Abstention
 from detectors.contract import WindowResult
-from detectors.runtime import DrainingStage, ResultStage
+from detectors.runtime import DrainingStage, GatingStage, ResultStage
 
 
 class StageChain:
@@ -29,6 +30,14 @@ class StageChain:
             results = tuple(out for r in results for out in s.process(r))
         return results
 
+    def gate(self, detector: str, call_id: str) -> Abstention | None:
+        """The first gating stage's verdict on running ``detector`` for the call."""
+        for s in self.stages:
+            if isinstance(s, GatingStage):
+                why = s.gate(detector, call_id)
+                if why is not None:
+                    return why
+        return None
 
     def drain(self, call_id: str) -> tuple[WindowResult, ...]:
         """What the stages still hold, each passed through the stages after it."""

@@ -4,8 +4,9 @@ enrolment cache, the runtime stage that turns embeddings into known_fraudster an
 voice_mismatch scores, and the thread applying mid-call claims.
 
 Without a speaker model nothing is built. Without its cohort the stage is not built
-either (scores could not be normalised or thresholded per watchlist size): the model's
-windows then still count for coverage, and the log says what to run.
+either (scores could not be normalised or thresholded per watchlist size): ``mode_gate``
+then still keeps the model off the calls of tenants with ``biometrics_mode`` off, the
+model's other windows abstain ``unavailable``, and the log says what to run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from detectors.manifest import ModelManifest
 from detectors.speaker.biometrics_stage import SpeakerBiometrics
 from detectors.speaker.call_updates import CallUpdates
 from detectors.speaker.cohort import cohort_path, load_cohort
+from detectors.speaker.mode_gate import ModeGate
 from detectors.speaker.settings import BiometricsSettings
 from detectors.speaker.shared_state import RedisSpeakerState
 
@@ -51,6 +53,16 @@ def speaker_manifest(detectors: Sequence[Detector]) -> ModelManifest | None:
         if isinstance(manifest, ModelManifest) and manifest.output.embedding:
             return manifest
     return None
+
+
+def mode_gate(
+    detectors: Sequence[Detector], settings: BiometricsSettings | None = None
+) -> ModeGate | None:
+    """The stage for a speaker model without biometrics (no cohort); None: no model."""
+    manifest = speaker_manifest(detectors)
+    if manifest is None:
+        return None
+    return ModeGate((settings or BiometricsSettings()).config(), manifest.name)
 
 
 def build_biometrics(
@@ -86,7 +98,7 @@ def build_biometrics(
         target_rate=settings.target_false_match,
         refresh_s=settings.refresh_s,
     )
-    stage = SpeakerBiometrics(state, settings.config())
+    stage = SpeakerBiometrics(state, settings.config(), manifest.name)
     log.info(
         "speaker biometrics: mode %s (tenants %s), min net speech %.1f s, target per-call "
         "false-match %.4f, cohort of %d",

@@ -45,7 +45,7 @@ from detectors.speaker.settings import BiometricsSettings
 from detectors.stages import chain
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
-from sip_bridge.biometrics import Biometrics, build_biometrics, speaker_manifest
+from sip_bridge.biometrics import Biometrics, build_biometrics, mode_gate, speaker_manifest
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.evidence import EvidenceRecorder
@@ -167,7 +167,7 @@ class Wiring:
             stage=chain(
                 [
                     self.replay.stage if self.replay else None,
-                    self.biometrics.stage if self.biometrics else None,
+                    self.biometrics.stage if self.biometrics else mode_gate(detectors, biometrics),
                 ]
             ),
         )

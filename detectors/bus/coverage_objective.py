@@ -7,8 +7,10 @@ coverage record says the call was analysed and that dimension scored at least on
 window and analysed at least ``min_speech_s`` of net speech
 (``BusSettings.coverage_min_speech_s``, with per-dimension overrides). A call that was
 not analysed (shed for capacity), carried no media, or ended before enough speech is
-not covered. A dimension's *covered ratio* is covered calls / ended calls over the
-node's last ``window_calls`` ended calls.
+not covered. A call whose windows of a dimension all abstained as not applicable
+(``biometrics_off``, ``no_enrolment``: the tenant's biometrics mode, no claimed account
+to verify) does not count for that dimension at all. A dimension's *covered ratio* is
+covered calls / ended calls over the node's last ``window_calls`` ended calls.
 
 Objective: once at least ``min_calls`` calls are in the window, a ratio below
 ``objective`` is *degraded*; it *recovers* when the ratio is back at ``objective +
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from detectors.alert_schema import (
+    Abstention,
     CallCoverage,
     CallEvent,
     CoverageStatus,
@@ -58,6 +61,20 @@ class CoverageRule:
             and d.scored_windows > 0
             and d.analysed_speech_s >= self.min_speech(dimension)
         )
+
+
+# abstentions that say a dimension does not apply to the call (the tenant's
+# biometrics_mode, no enrolled account to verify against), not that coverage was lost
+NOT_APPLICABLE = frozenset({Abstention.BIOMETRICS_OFF, Abstention.NO_ENROLMENT})
+
+
+def applies(coverage: CallCoverage | None, dimension: Dimension) -> bool:
+    """False when every window of ``dimension`` abstained as not applicable: the call
+    then does not count for that dimension's objective, either way."""
+    d = coverage.dimensions.get(dimension) if coverage is not None else None
+    if d is None or d.windows == 0 or d.scored_windows > 0:
+        return True
+    return not set(d.abstentions) <= NOT_APPLICABLE or sum(d.abstentions.values()) == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +160,8 @@ class CoverageTracker:
                 self._one_way += cov.media == "one_way"
                 self._shed += bool(cov.unanalyzed)
             for dim, window in self._windows.items():
+                if not applies(cov, dim):
+                    continue  # e.g. voice verification on a call that claims no account
                 window.append(self.rule.covered(cov, dim))
                 transition = self._transition(dim, window)
                 if transition is not None:

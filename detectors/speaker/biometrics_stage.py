@@ -15,8 +15,12 @@ carrying an embedding (the speaker model's) is consumed here:
   (``full`` mode), a VOICE_MISMATCH score against that enrolment.
 
 The embedding never leaves this object: results going on carry none, and a call's
-aggregate is dropped at hang-up. ``biometrics_mode`` ``off`` discards embeddings as
-they arrive.
+aggregate is dropped at hang-up. Per tenant ``biometrics_mode``: ``off`` gates the
+speaker model itself (``gate``: its windows abstain ``biometrics_off`` before the
+scheduler, so no embedding is computed); ``watchlist_only`` searches the watchlist and
+never verifies (the model's own placeholder window abstains ``biometrics_off``);
+``full`` also scores voice_mismatch once an enrolled account is claimed (until then the
+placeholder abstains ``no_enrolment``, or ``too_little_speech`` before enough speech).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from detectors.alert_schema import Dimension, LegRole
+from detectors.alert_schema import Abstention, Dimension, LegRole
 from detectors.bus.biometrics import BiometricsMode
 from detectors.contract import WindowKey, WindowResult
 from detectors.speaker.scoring import SLOPE, FloatArray, l2_normalise, threshold_for_size, to_unit
@@ -52,6 +56,7 @@ class BiometricsStats:
     embeddings_used: int = 0
     embeddings_refused_leg: int = 0  # not an external leg: dropped
     embeddings_discarded_off: int = 0
+    windows_gated_off: int = 0  # speaker-model windows never run (mode off)
     watchlist_scores: int = 0
     mismatch_scores: int = 0
     claims_applied: int = 0
@@ -74,9 +79,18 @@ class _CallVoice:
 
 
 class SpeakerBiometrics:
-    def __init__(self, state: SpeakerState, config: BiometricsConfig | None = None) -> None:
+    """``speaker_detector``: the name of the speaker model's detector, whose windows
+    ``gate`` turns into abstentions for calls of a tenant with biometrics off."""
+
+    def __init__(
+        self,
+        state: SpeakerState,
+        config: BiometricsConfig | None = None,
+        speaker_detector: str = "",
+    ) -> None:
         self.state = state
         self.config = config or BiometricsConfig()
+        self.speaker_detector = speaker_detector
         self._calls: dict[str, _CallVoice] = {}
         self._lock = threading.Lock()
         self.stats = BiometricsStats()
@@ -139,6 +153,17 @@ class SpeakerBiometrics:
             return True
 
     # ---- the runtime's stage ------------------------------------------------------
+    def gate(self, detector: str, call_id: str) -> Abstention | None:
+        """``biometrics_off`` for the speaker model's windows of a call whose tenant has
+        biometrics off: the runtime then never runs the model on them."""
+        if detector != self.speaker_detector:
+            return None
+        call = self._calls.get(call_id)
+        if call is None or call.mode is not BiometricsMode.OFF:
+            return None
+        self.stats.windows_gated_off += 1
+        return Abstention.BIOMETRICS_OFF
+
     def process(self, result: WindowResult) -> tuple[WindowResult, ...]:
         emb = result.embedding
         if emb is None:
@@ -153,10 +178,19 @@ class SpeakerBiometrics:
                 return (bare,)
             if call.mode is BiometricsMode.OFF:
                 self.stats.embeddings_discarded_off += 1
-                return (bare,)
+                return (_abstain(bare, Abstention.BIOMETRICS_OFF),)
             probe, speech, first = self._add(call, result, emb)
-            enrolled = call.enrolled if call.mode is BiometricsMode.FULL else None
+            mode = call.mode
+            enrolled = call.enrolled if mode is BiometricsMode.FULL else None
             claimed, tenant = call.claimed, call.tenant
+        # the model's own window is no voice_mismatch score (its score is a placeholder):
+        # it becomes the verification, or an abstention saying why there is none
+        if mode is not BiometricsMode.FULL:
+            bare = _abstain(bare, Abstention.BIOMETRICS_OFF)
+        elif enrolled is None:
+            bare = _abstain(bare, Abstention.NO_ENROLMENT)
+        elif probe is None:
+            bare = _abstain(bare, Abstention.TOO_LITTLE_SPEECH)
         if probe is None:
             return (bare,)
         key = replace(result.key, start_s=first)
@@ -177,6 +211,7 @@ class SpeakerBiometrics:
                     model_version=f"{result.model_version}/wl{index.version}",
                     dimension=Dimension.KNOWN_FRAUDSTER,
                     score=to_unit(match.score, match.threshold),
+                    abstained=None,
                     threshold=0.5,
                     reasons=(
                         f"watchlist entry {match.entry_id}: s-norm {match.score:.2f} vs "
@@ -227,8 +262,13 @@ class SpeakerBiometrics:
             key=key,
             detector=ENROLMENT_DETECTOR,
             score=score,
+            abstained=None,
             reasons=(
                 f"claimed account {subject}: s-norm {s:.2f} vs acceptance "
                 f"{self.verify_threshold:.2f} over {speech:.1f} s of speech",
             ),
         )
+
+
+def _abstain(result: WindowResult, why: Abstention) -> WindowResult:
+    return replace(result, score=None, abstained=why)
