@@ -38,6 +38,7 @@ from dashboard.routes import (
     oidc,
     pages,
     policy,
+    subjects,
     system,
     watchlist,
     watchlist_review,
@@ -48,6 +49,7 @@ from dashboard.store import DashboardStore
 from detectors.bus.allowlist import AllowlistStore
 from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.connect import async_client
+from detectors.bus.erasure import SubjectEraser
 from detectors.bus.evidence import EvidenceSettings, load_evidence_vault
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import load_vault
@@ -121,6 +123,7 @@ def create_app(
         )
         app.state.cases = CaseStore(client, dash)
         app.state.call_facts = CallFacts(client, dash, settings.scores_scan)
+        app.state.eraser = SubjectEraser(client, keys)
         reader = asyncio.create_task(hub.run(), name="live-feed")
         try:
             yield
@@ -178,6 +181,7 @@ def create_app(
         webhooks,
         allowlist,
         policy,
+        subjects,
     )
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)

@@ -19,7 +19,9 @@ read the alert stream through its consumer group without being able to ``XADD`` 
              confirms or rejects its candidates), and writes mid-call updates; manages
              webhook endpoints and replays dead letters (``wh:*`` but the attempt
              log, which it only reads); reads evidence, and may only PERSIST and
-             EXPIREAT it (legal hold); cannot write what the bridge owns
+             EXPIREAT it (legal hold; erasing a subject expires it at once), and
+             XDEL fingerprints from ``fp:log`` (erasing a subject); cannot write what
+             the bridge owns
   webhooks   owns ``wh:*``; on the alert and system-event streams only its consumer
              group's commands
   retention  ``callshield redis trim``: trims the alert stream, nothing else
@@ -188,10 +190,18 @@ def components(prefix: str) -> dict[str, Component]:
                     "ttl",  # how long evidence has left
                     "watch",  # approving a watchlist entry: read, check, write if unchanged
                     "unwatch",
+                    # erasing a subject (detectors.bus.erasure): find their enrolments
+                    # and watchlists, delete their claims from the updates stream
+                    "scan",
+                    "xdel",
                 ),
             ),
             # legal hold: evidence loses or regains its expiry, and nothing else
-            selectors=(Grant(keys=_rw(evidence), commands=("persist", "expireat")),),
+            selectors=(
+                Grant(keys=_rw(evidence), commands=("persist", "expireat")),
+                # erasing a subject: their calls' fingerprints, nothing else of fp:log
+                Grant(keys=_rw(k.fingerprint_log), commands=("xrange", "xdel")),
+            ),
         ),
         Component(
             "webhooks",

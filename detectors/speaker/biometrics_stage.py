@@ -182,7 +182,7 @@ class SpeakerBiometrics:
             probe, speech, first = self._add(call, result, emb)
             mode = call.mode
             enrolled = call.enrolled if mode is BiometricsMode.FULL else None
-            claimed, tenant = call.claimed, call.tenant
+            tenant = call.tenant
         # the model's own window is no voice_mismatch score (its score is a placeholder):
         # it becomes the verification, or an abstention saying why there is none
         if mode is not BiometricsMode.FULL:
@@ -198,7 +198,7 @@ class SpeakerBiometrics:
         stats = (float(mu[0]), float(sd[0]))
         out = [bare]
         if enrolled is not None:
-            out[0] = self._mismatch(bare, key, probe, stats, enrolled, claimed or "", speech)
+            out[0] = self._mismatch(bare, key, probe, stats, enrolled, speech)
         index = self.state.watchlist(tenant)
         match = index.search(probe, stats) if index is not None else None
         if index is not None and match is not None:
@@ -249,7 +249,6 @@ class SpeakerBiometrics:
         probe: FloatArray,
         stats: tuple[float, float],
         enrolled: EnrolledVoice,
-        subject: str,
         speech: float,
     ) -> WindowResult:
         raw = float(probe @ enrolled.vector)
@@ -264,7 +263,9 @@ class SpeakerBiometrics:
             score=score,
             abstained=None,
             reasons=(
-                f"claimed account {subject}: s-norm {s:.2f} vs acceptance "
+                # not the account reference: reasons go into alerts, webhooks and
+                # streams an erasure of the subject cannot reach
+                f"claimed account's voiceprint: s-norm {s:.2f} vs acceptance "
                 f"{self.verify_threshold:.2f} over {speech:.1f} s of speech",
             ),
         )

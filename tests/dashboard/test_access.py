@@ -38,6 +38,7 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("DELETE", "/api/v1/watchlist/{entry_id}", None, "analyst"),
     ("POST", "/api/v1/watchlist/{entry_id}/approve", None, "analyst"),
     ("POST", "/api/v1/watchlist/{entry_id}/reject", None, "analyst"),
+    ("DELETE", "/api/v1/subjects/{ref}", {"reason": "GDPR request 7"}, "admin"),
     ("PUT", "/api/v1/enrolments/{subject}", {"consent_ref": "incomplete"}, "analyst"),
     ("GET", "/api/v1/enrolments/{subject}", None, "analyst"),
     ("DELETE", "/api/v1/enrolments/{subject}", None, "analyst"),
@@ -110,6 +111,7 @@ def _seed(dash: Dash) -> None:
 def _path(path: str) -> str:
     path = path.replace("{system}", "asterisk").replace("{external_id}", "1764504000.42")
     path = path.replace("{entry_id}", "wl_0123456789abcdef").replace("{subject}", "acct-1")
+    path = path.replace("{ref}", "acct-1")
     path = path.replace("{endpoint_id}", "ep_0123456789abcdef")
     path = path.replace("{event_id}", f"{ALERT_ID}.r1")
     return path.replace("{alert}", ALERT_ID)

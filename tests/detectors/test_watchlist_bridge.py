@@ -258,7 +258,8 @@ def test_fraudster_matched_claim_scored_internal_leg_never_embedded(
     vm = [r for r in seen if r.detector == "enrolment"]
     assert vm and all(r.key.call_id == "customer" for r in vm)
     assert all(r.score is not None and r.score < 0.9 for r in vm)  # the account's owner
-    assert "claimed account acct-7" in vm[-1].reasons[0]
+    assert "claimed account's voiceprint" in vm[-1].reasons[0]
+    assert all("acct-7" not in r for v in vm for r in v.reasons)  # never the reference
     assert updates.stats.applied == 1 and updates.stats.malformed == 0
 
 
