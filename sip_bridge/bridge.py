@@ -29,6 +29,7 @@ from sip_bridge.adapters.audiosocket import AudioSocketServer
 from sip_bridge.adapters.audiosocket_calls import AudioSocketCalls
 from sip_bridge.api_app import build_api
 from sip_bridge.api_server import ApiServer
+from sip_bridge.bridge_metrics import IngestCollector, SipCollector
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
@@ -103,8 +104,11 @@ class Bridge:
         if s.api_address is not None:
             app = build_api(self.controller, s, audiosocket=self.audiosocket)
             self.api = ApiServer(app, *s.api_address)
-        if self.wiring is not None:  # the adapters' counters on /metrics
-            self.wiring.detector_metrics.registry.register(AdapterCollector(self.adapter_stats))
+        if self.wiring is not None:  # adapters', ingest's and SIP's counters on /metrics
+            registry = self.wiring.detector_metrics.registry
+            registry.register(AdapterCollector(self.adapter_stats))
+            registry.register(IngestCollector(self.ingest.counters))
+            registry.register(SipCollector(self.uas.stats))
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
 

@@ -1,6 +1,7 @@
 """The ingress adapters' counters reach the wired bridge's /metrics: a refused Twilio
 Media Streams upgrade (no signature), a refused WHIP offer (no token) and a refused
-AudioSocket connection (unregistered UUID), each counted by reason on a real bridge."""
+AudioSocket connection (unregistered UUID), each counted by reason on a real bridge;
+and so do the native ingest's and the SIP UAS's own counters."""
 
 from __future__ import annotations
 
@@ -73,6 +74,11 @@ def test_adapter_refusals_are_counted_on_metrics(
             s.sendall(bytes([0x01, 0, 16]) + uuid.uuid4().bytes)  # a UUID nobody registered
             s.settimeout(5)
             assert s.recv(64) == b""  # closed by the bridge
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:  # not SIP at all
+            u.sendto(b"\x00garbage\r\n\r\n", ("127.0.0.1", bridge.bridge.server.port))
+        deadline = time.monotonic() + 5
+        while bridge.bridge.uas.stats["received"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
         mhost, mport = wiring.http.address
         with urllib.request.urlopen(f"http://{mhost}:{mport}/metrics", timeout=5) as resp:
             text = resp.read().decode()
@@ -87,3 +93,7 @@ def test_adapter_refusals_are_counted_on_metrics(
     )
     sock = [ln for ln in text.splitlines() if 'adapter="audiosocket"' in ln and "refused" in ln]
     assert sock and sum(float(ln.rsplit(" ", 1)[1]) for ln in sock) == 1.0, sock
+    # the ingest's and the SIP UAS's own counters are there too
+    assert _metric(text, "callshield_sip_events_total", event="received") == 1.0
+    assert "callshield_ingest_srtp_auth_failed_total 0.0" in text
+    assert 'callshield_ingest_parse_errors_total{reason="short"} 0.0' in text
