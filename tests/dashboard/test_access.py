@@ -56,6 +56,12 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/api/v1/api-keys", {"name": "pbx", "role": "viewer"}, "admin"),
     ("DELETE", "/api/v1/api-keys/nope", None, "admin"),
     ("GET", "/api/v1/audit", None, "admin"),
+    ("GET", "/api/v1/allowlist", None, "analyst"),
+    ("POST", "/api/v1/allowlist", {"entries": []}, "admin"),
+    ("DELETE", "/api/v1/allowlist/{entry_id}", None, "admin"),
+    ("GET", "/api/v1/allowlist/candidates", None, "analyst"),
+    ("POST", "/api/v1/allowlist/candidates/{cand_id}/confirm", {"label": "hold"}, "admin"),
+    ("POST", "/api/v1/allowlist/candidates/{cand_id}/reject", {}, "admin"),
     ("GET", "/api/v1/policy", None, "analyst"),
     ("PUT", "/api/v1/policy", {"policy": {}}, "admin"),
     ("POST", "/api/v1/policy/what-if", {"policy": {}, "days": 1}, "admin"),
@@ -112,6 +118,7 @@ def _path(path: str) -> str:
     path = path.replace("{system}", "asterisk").replace("{external_id}", "1764504000.42")
     path = path.replace("{entry_id}", "wl_0123456789abcdef").replace("{subject}", "acct-1")
     path = path.replace("{ref}", "acct-1")
+    path = path.replace("{cand_id}", "c0ffee")
     path = path.replace("{endpoint_id}", "ep_0123456789abcdef")
     path = path.replace("{event_id}", f"{ALERT_ID}.r1")
     return path.replace("{alert}", ALERT_ID)
