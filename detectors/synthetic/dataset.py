@@ -73,8 +73,9 @@ def plan(
     systems: Sequence[System] = SYSTEMS,
 ) -> list[Job]:
     """Generation jobs for every system that can run here (others are logged and left
-    out). TTS texts come from the transcripts of the system's own part; vocoders
-    resynthesise bona fide files of their part's speakers."""
+    out), writing under ``work/<part>/<speaker>/``. TTS texts come from the transcripts
+    of the system's own part; vocoders resynthesise bona fide files of their part's
+    speakers. ``work`` must be specific to the seed (the split and the texts depend on it)."""
     bona = [u for u in corpus if u.label == "bonafide"]
     by_part: dict[Part, list[Utterance]] = defaultdict(list)
     for u in bona:
@@ -111,7 +112,7 @@ def _tts_jobs(
         words: list[str] = []
         while sum(len(w) + 1 for w in words) < MIN_TEXT_CHARS:
             words.append(texts[int(rng.integers(len(texts)))])
-        out = work / "gen" / part / system.id / f"{i:04d}.wav"
+        out = work / part / system.id / f"{i:04d}.wav"
         jobs.append(Job(system, part, system.id, out, int(rng.integers(1 << 31)), " ".join(words)))
     return jobs
 
@@ -138,7 +139,7 @@ def _vocoder_jobs(
     jobs = []
     for u in chosen:
         speaker = f"{system.family}_{u.speaker}"
-        out = work / "gen" / part / speaker / f"{u.path.stem}.wav"
+        out = work / part / speaker / f"{u.path.stem}.wav"
         jobs.append(Job(system, part, speaker, out, int(rng.integers(1 << 31)), source=u.path))
     return jobs
 

@@ -3,7 +3,8 @@ the way the runtime windows a leg.
 
 Training windows are drawn up front (in parallel): half bona fide (speakers weighted by
 the square root of their file count, so one prolific voice does not dominate), half
-spoof (each generator family equally likely, then uniform within it); each is a random
+spoof (each generator family equally likely, resynthesis and neural TTS twice as
+likely, then uniform within a family); each is a random
 ``WINDOW`` cut of a clip (shorter clips are placed at a random offset in silence) put
 through one random telephone channel (``channel.augment``). Then a few epochs of AdamW
 with a one-cycle learning rate on the binary cross-entropy. Seeded throughout.
@@ -30,6 +31,9 @@ HOP = WINDOW // 2
 MIN_NET_SPEECH_S = 1.0
 SPEECH_GATE_DB = -45.0  # the frame bank's speech gate, per 2.5 ms unit
 UNIT = RATE // 400  # 2.5 ms
+# Spoof families drawn twice as often: resynthesis and neural TTS carry the subtle
+# artefacts modern generators share; formant/diphone TTS is learnt from little data.
+FAMILY_WEIGHT = {"world": 2.0, "griffinlim": 2.0, "piper": 2.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,12 @@ def sampling_weights(train: Sequence[Clip]) -> tuple[FloatArray, FloatArray]:
     per_speaker = Counter(c.speaker for c in train if c.label == 0)
     per_family = Counter(c.family for c in train if c.label == 1)
     bona = np.array([1 / np.sqrt(per_speaker[c.speaker]) if c.label == 0 else 0.0 for c in train])
-    spoof = np.array([1 / per_family[c.family] if c.label == 1 else 0.0 for c in train])
+    spoof = np.array(
+        [
+            FAMILY_WEIGHT.get(c.family, 1.0) / per_family[c.family] if c.label == 1 else 0.0
+            for c in train
+        ]
+    )
     if not bona.sum() or not spoof.sum():
         raise ValueError("training needs both bona fide and spoof clips")
     return (bona / bona.sum()).astype(np.float32), (spoof / spoof.sum()).astype(np.float32)

@@ -116,7 +116,7 @@ def test_quick_build_manifest_and_split(quick: Any) -> None:
     assert m.output.score_transform == "identity" and "QUICK BUILD" in m.description
     assert set(m.thresholds) == {"default", "pcmu", "pcma"}
     assert m.thresholds["default"] == max(m.thresholds.values())
-    assert "CC BY-SA" in m.licence and "Apache-2.0" in m.licence
+    assert "CC BY-SA 3.0" in m.licence and "Apache-2.0: speechocean762" in m.provenance
     speakers = {p: set(v) for p, v in r["speakers"].items()}
     assert set(m.training_speakers) == speakers["train"] and speakers["train"]
     assert not (speakers["train"] & speakers["dev"]) and not (speakers["train"] & speakers["test"])
