@@ -25,4 +25,5 @@ def test_bench_risk_api_tiny_json() -> None:
     for key in ("p50", "p99", "max"):
         assert risk["latency"][key] > 0
     assert result["floor_redis_get_hgetall"]["latency"]["n"] == 200
-    assert set(result["summary"]) >= {"risk_p99_ms", "baseline_p99_ms", "goal_met"}
+    assert set(result["summary"]) >= {"risk_p99_ms_at_offered_rate", "goal_met"}
+    assert result["risk_saturation_closed_loop"]["errors"] == 0
