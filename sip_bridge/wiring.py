@@ -30,6 +30,7 @@ from detectors.bus.embedded import EmbeddedRedis, Supervisor
 from detectors.bus.evidence import EvidenceMode, EvidenceSettings, load_evidence_vault
 from detectors.bus.evidence_store import EvidenceWriter
 from detectors.bus.keys import Keys
+from detectors.bus.liveness import NodeLiveness
 from detectors.bus.numbers import load_vault
 from detectors.bus.policy_watch import PolicyWatcher
 from detectors.bus.publisher import AlertPublisher
@@ -141,6 +142,8 @@ class Wiring:
             detectors, self.client, Keys(self.bus_settings.key_prefix), self.bus_settings.node_id
         )
         self.bus = AlertPublisher(self.client, self.bus_settings)
+        # heartbeat of this process, and the reaper of lost nodes' calls
+        self.liveness = NodeLiveness(self.client, self.bus_settings, self.bus.boot)
         self.enricher = EnrichingPublisher(self.bus)
         self.windows = WindowTally()
         bs = self.bus_settings
@@ -243,6 +246,7 @@ class Wiring:
         503 on /ready meanwhile), then the models' pre-warm."""
         self._alive = alive
         self.bus.start()
+        self.liveness.start()
         self.policy_watch.start()  # the stored policy before the first call
         if self.biometrics is not None:
             self.biometrics.start()
@@ -278,6 +282,7 @@ class Wiring:
         if self.evidence is not None:
             self.evidence.close()
         self.bus.close(timeout_s=5.0)
+        self.liveness.close()  # after the ended events: what is left, the reaper ends
         if self.supervisor is not None and self._supervising:
             self.supervisor.stop()
         self.client.close()

@@ -12,7 +12,10 @@ read the alert stream through its consumer group without being able to ``XADD`` 
              system events; reads watchlists, enrolments, mid-call updates and the
              alert policy; owns fingerprints (the shared ``fp:log``, allowlist
              candidates) and ANI counters; reads the benign audio allowlist; writes
-             evidence records (sealed clips and embeddings) and their call indexes
+             evidence records (sealed clips and embeddings) and their call indexes;
+             owns node liveness (``node:*`` heartbeats and owned-call sets, the
+             ``nodes`` registry, the ``nodes:reaper`` lock: every bridge reaps lost
+             nodes' calls)
   dashboard  reads alerts, scores, call events, call state and system events; owns
              ``dash:*`` (users, sessions, triage, labels, audit), the watchlists,
              enrolments, the alert policy and the benign audio allowlist (and
@@ -102,6 +105,8 @@ def components(prefix: str) -> dict[str, Component]:
     # the alert policy: admins change it on the dashboard, bridges read it (hot reload)
     policy = (k.policy, k.policy_version, k.policy_counter)
     shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
+    # node liveness (detectors.bus.liveness): k.node("*") also covers k.node_calls
+    liveness = (k.node("*"), k.nodes, k.reaper_lock)
     webhooks = f"{k.prefix}wh:*"
     evidence = f"{k.prefix}evidence:*"  # k.evidence_index("*"), k.evidence("*", "*")
     # what the dashboard's webhook pages change (detectors.bus.webhooks.admin): endpoints,
@@ -119,7 +124,7 @@ def components(prefix: str) -> dict[str, Component]:
             "bridge",
             "media process: publishes alerts, scores, call events and call state",
             Grant(
-                keys=_rw(*bus_state, *shared_rw, evidence) + _ro(*shared_ro, *policy),
+                keys=_rw(*bus_state, *shared_rw, evidence, *liveness) + _ro(*shared_ro, *policy),
                 commands=(
                     *_CONNECT,
                     *_SCRIPTS,
@@ -142,6 +147,13 @@ def components(prefix: str) -> dict[str, Component]:
                     "xread",  # mid-call updates
                     "xrevrange",  # where the updates stream ends at start
                     "expireat",  # evidence records (detectors.bus.evidence_store)
+                    # node liveness: owned-call sets, the registry, the reaper's checks
+                    "sadd",
+                    "srem",
+                    "smembers",
+                    "hexists",
+                    "hdel",
+                    "del",
                 ),
             ),
         ),

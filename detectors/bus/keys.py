@@ -16,6 +16,10 @@ Streams:
 Call state: ``call:<call_id>`` hash for live calls (the last call event, and
 ``risk:<dimension>``: the latest alert of each dimension), ``calls:live`` sorted set,
 ``extid:<system>:<id>`` -> call id (Twilio CallSid, Asterisk channel, SIP Call-ID, ...).
+Node liveness (``detectors.bus.liveness``): ``node:<node_id>`` the node's heartbeat (its
+process's boot id, with a TTL), ``nodes`` hash boot id -> node id of every bridge process
+that may own live calls, ``node:<node_id>:<boot>:calls`` the live calls that process
+owns, ``nodes:reaper`` the short lock under which one bridge ends a lost node's calls.
 Detector shared state: ``watchlist:<tenant>`` hash entry id -> entry JSON with its
 ``watchlist:<tenant>:version`` counter (bumped by every change: the bridges' caches
 reload on it), ``enrol:<tenant>:<subject>`` enrolment JSON (``detectors.bus.biometrics``),
@@ -81,6 +85,24 @@ class Keys:
     def external_id(self, system: str, value: str) -> str:
         """A PBX's / CPaaS's own id of a call -> our call id (string key)."""
         return f"{self.prefix}extid:{system}:{value}"
+
+    # --- node liveness (detectors.bus.liveness) -------------------------------------
+    def node(self, node_id: str) -> str:
+        """The node's heartbeat: its current process's boot id, expiring unless renewed."""
+        return f"{self.prefix}node:{node_id}"
+
+    def node_calls(self, node_id: str, boot: str) -> str:
+        """Set of the live calls one bridge process (node id + boot id) owns."""
+        return f"{self.prefix}node:{node_id}:{boot}:calls"
+
+    @property
+    def nodes(self) -> str:
+        """Hash boot id -> node id: every bridge process that may own live calls."""
+        return f"{self.prefix}nodes"
+
+    @property
+    def reaper_lock(self) -> str:
+        return f"{self.prefix}nodes:reaper"
 
     # --- detector shared state (DESIGN §1 SharedState) ------------------------------
     def watchlist(self, tenant: str) -> str:

@@ -19,14 +19,15 @@ import collections
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
 import redis
-from redis.typing import EncodableT, FieldT
 
 from detectors.alert_schema import Alert, CallEvent, ScoreUpdate, SystemEvent
+from detectors.bus.call_state import REPLY_INDEX, CallStateWriter
 from detectors.bus.coverage_objective import state_field
 from detectors.bus.durability import StrictWaiter
 from detectors.bus.keys import Keys
@@ -36,7 +37,7 @@ from detectors.bus.settings import BusSettings
 log = logging.getLogger(__name__)
 
 # KEYS: stream, seen-hash. ARGV: revision, json, ttl_s. Returns {created, stream id}.
-_XADD_ALERT = """
+XADD_ALERT = """
 local rev = ARGV[1]
 local got = redis.call('HGET', KEYS[2], rev)
 if got then return {0, got} end
@@ -54,7 +55,7 @@ return {1, id}
 # revision) of that dimension, so an integrator's "risk of this call now?" is one HGETALL
 # (DESIGN §6). KEYS: call hash. ARGV: dimension, rank, json, ttl_s (used only when the
 # call's hash does not exist yet: an alert published after its call state expired).
-_CALL_RISK = """
+CALL_RISK = """
 local f = 'risk:' .. ARGV[1]
 local had = redis.call('EXISTS', KEYS[1])
 local rank = tonumber(redis.call('HGET', KEYS[1], f .. ':rank') or '-1')
@@ -81,6 +82,7 @@ class PublisherStats:
     scores_published: int = 0
     events_published: int = 0
     system_published: int = 0
+    events_after_reap: int = 0  # call events of a call the node reaper had ended
     scores_dropped: int = 0  # score updates / call events dropped on overflow
     outbox_overflow: bool = False  # raised while alerts hold the outbox past its bound
     overflow_episodes: int = 0
@@ -104,8 +106,12 @@ class AlertPublisher:
         self._keys = Keys(settings.key_prefix)
         self._outbox = outbox or Outbox(settings.outbox_path, settings.outbox_max_entries)
         self._on_acked = on_alert_acked
-        self._script = client.register_script(_XADD_ALERT)
-        self._risk_script = client.register_script(_CALL_RISK)
+        self._script = client.register_script(XADD_ALERT)
+        self._risk_script = client.register_script(CALL_RISK)
+        # this process's boot id: its heartbeat and the live calls it owns carry it, so
+        # a node restarted under the same node id is a new owner (detectors.bus.liveness)
+        self.boot = uuid.uuid4().hex
+        self._calls = CallStateWriter(client, settings, self.boot)
         self._strict = StrictWaiter(settings.durability == "strict", settings.strict_timeout_ms)
         self._queue: collections.deque[Entry] = collections.deque()
         self._wake = threading.Event()
@@ -290,6 +296,19 @@ class AlertPublisher:
         self._account(entries, results[1:], counts)
         return True
 
+    def _unlist_reaped(self, call_ids: list[str]) -> None:
+        """A late event of a call the reaper ended put it back in the live sets: out
+        again (its hash stayed ended). Best effort: the reaper's state is the truth."""
+        self.stats.events_after_reap += len(call_ids)
+        log.warning("call events after the node reaper ended the call: %s", call_ids)
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for call_id in call_ids:
+                self._calls.unlist(pipe, call_id)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("could not unlist reaped calls %s: %s", call_ids, exc)
+
     def _call_risk(self, pipe: redis.client.Pipeline, payload: str) -> None:
         alert = Alert.model_validate_json(payload)
         self._risk_script(
@@ -305,38 +324,7 @@ class AlertPublisher:
 
     def _call_state(self, pipe: redis.client.Pipeline, payload: str) -> int:
         """Queue the call event's commands; returns how many replies they produce."""
-        keys, s = self._keys, self._settings
-        event = CallEvent.model_validate_json(payload)
-        pipe.xadd(
-            keys.events,
-            {"kind": "call_event", "json": payload},
-            maxlen=s.events_maxlen,
-            approximate=True,
-        )
-        key = keys.call(event.call_id)
-        sealed: dict[FieldT, EncodableT] = {}
-        if event.numbers is not None:  # ANI/DNIS only sealed, with a keyed ANI hash
-            sealed = {"numbers": event.numbers.sealed, "ani_hash": event.numbers.ani_hash}
-        pipe.hset(
-            key,
-            mapping={"state": event.event, "at": event.at.isoformat(), "json": payload, **sealed},
-        )
-        ended = event.event == "ended"
-        if ended:
-            pipe.zrem(keys.live_calls, event.call_id)
-            pipe.expire(key, s.call_state_ttl_s)
-        else:
-            pipe.zadd(keys.live_calls, {event.call_id: event.at.timestamp()})
-            pipe.persist(key)
-        # integrators name calls by their own ids: <system>:<id> -> call id, kept as
-        # long as the call's state
-        ext = [keys.external_id(system, value) for system, value in event.external_ids.items()]
-        for name in ext:
-            if ended:
-                pipe.set(name, event.call_id, ex=s.call_state_ttl_s)
-            else:
-                pipe.set(name, event.call_id)
-        return 4 + len(ext)
+        return self._calls.queue(pipe, CallEvent.model_validate_json(payload), payload)
 
     def _system(self, pipe: redis.client.Pipeline, payload: str) -> None:
         keys = self._keys
@@ -352,6 +340,7 @@ class AlertPublisher:
     def _account(self, entries: list[Entry], results: list[object], counts: list[int]) -> None:
         # results has one reply per queued command; counts says how many per entry
         it = iter(results)
+        reaped: list[str] = []
         for e, n in zip(entries, counts, strict=True):
             replies = [next(it) for _ in range(n)]
             if e.kind == "alert":
@@ -369,3 +358,9 @@ class AlertPublisher:
                 self.stats.system_published += 1
             else:
                 self.stats.events_published += 1
+                if replies[REPLY_INDEX] == 0:  # the reaper ended this call
+                    event = CallEvent.model_validate_json(e.payload)
+                    if event.event != "ended":
+                        reaped.append(event.call_id)
+        if reaped:
+            self._unlist_reaped(reaped)

@@ -55,6 +55,12 @@ class BusSettings(BaseSettings):
     call_state_ttl_s: int = Field(default=24 * 3600, ge=1)  # after the call ended
     dedupe_ttl_s: int = Field(default=7 * 24 * 3600, ge=1)
 
+    # --- node liveness (detectors.bus.liveness) ---------------------------------------
+    # every bridge renews its heartbeat this often; one whose heartbeat is older than
+    # node_lost_after_s (default 3 heartbeats) is lost and its live calls are ended
+    node_heartbeat_s: float = Field(default=5.0, gt=0)
+    node_lost_after_s: float | None = Field(default=None, gt=0)
+
     # --- coverage (detectors.bus.coverage_objective) ------------------------------------
     # A call covers a dimension when that dimension scored at least one window and
     # analysed at least this much net speech (per-dimension overrides by name, e.g.
@@ -105,6 +111,12 @@ class BusSettings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.redis_url is None
+
+    @property
+    def node_ttl_s(self) -> float:
+        """How long a heartbeat lives without renewal: when the node counts as lost."""
+        lost = self.node_lost_after_s or 3 * self.node_heartbeat_s
+        return max(lost, self.node_heartbeat_s + 0.1)
 
     @property
     def outbox_path(self) -> Path:

@@ -30,6 +30,7 @@ from detectors.bus.acl import components, glob_escape
 from detectors.bus.biometrics_store import read_entries, read_updates
 from detectors.bus.connect import sync_client
 from detectors.bus.keys import Keys
+from detectors.bus.liveness import NodeLiveness
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.redis_server import RedisServer, free_port
 from detectors.bus.retention import trim_alerts
@@ -233,6 +234,38 @@ def test_each_component_works_under_its_user_and_nothing_more(
     assert trim_alerts(retention, keys, retention_days=1.0, now_s=time.time() + 10 * 86400) == 1
     _denied(retention.xadd, keys.alerts, {"kind": "alert", "json": "{}"})
     _denied(retention.hgetall, keys.watchlist("t1"))
+
+
+def test_node_liveness_and_the_reaper_under_the_bridge_user(
+    acl: dict[str, str], redis_server: RedisServer, client: redis.Redis, tmp_path: Path
+) -> None:
+    """Heartbeat, reaping a restarted node's old calls (final alert revision included)
+    and dropping the heartbeat, all as the bridge's ACL user."""
+    keys = Keys(PREFIX)
+    settings = BusSettings(
+        redis_url=_url(redis_server, "bridge", acl["bridge"]),
+        state_dir=tmp_path / "bridge-state",
+        key_prefix=PREFIX,
+        retry_interval_s=0.05,
+    )
+    bridge = sync_client(settings)
+    publisher = AlertPublisher(bridge, settings)
+    publisher.start()
+    old = NodeLiveness(bridge, settings, publisher.boot)
+    old.beat()
+    publisher.publish_event(make_event(1, "started"))
+    publisher.publish_alert(make_alert(1))
+    assert publisher.flush(10.0)
+    publisher.close()
+    restarted = NodeLiveness(bridge, settings, "new-boot")  # the same node id, restarted
+    assert restarted.tick() == ["call-1"]
+    assert client.hget(keys.call("call-1"), "state") == b"ended"
+    assert client.xlen(keys.alerts) == 2  # the final revision, call_state ended
+    restarted.close()
+    assert not client.exists(keys.node(settings.node_id))
+    assert restarted.stats.redis_errors == 0
+    dashboard = _as(redis_server, acl, "dashboard")
+    _denied(dashboard.set, keys.node(settings.node_id), "x")  # liveness is the bridges'
 
 
 class _AclFileServer(RedisServer):
