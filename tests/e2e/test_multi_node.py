@@ -12,10 +12,11 @@ What must hold:
 - the dispatcher delivers every alert revision in Redis exactly once;
 - after node-b dies, node-a's call goes on, ends normally (BYE), and its alerts get
   their final revision, delivered once;
-- node-b's call: nothing ends it. No process watches for dead nodes, so its call stays
-  listed as live with its last state ("started") and its alert stays at its last
-  revision (the bridge's RTP timeout lives in the dead process). This test pins that
-  down: a node-liveness reaper would change these assertions.
+- node-b's call is ended by node liveness (``detectors.bus.liveness``): node-b's
+  heartbeat (0.5 s here, so lost after 1.5 s) lapses, node-a's reaper ends its live
+  call with reason ``node_lost`` (one ``ended`` event, off the dashboard's live list,
+  shown ended) and gives its alert a final ``ended`` revision, which the dispatcher
+  delivers like any other; node-a's calls are untouched and end by their own BYE.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Node:
             "CALLSHIELD_API_LISTEN": "",
             "CALLSHIELD_DEV_FIXTURE_MODELS": "tiny",
             "CALLSHIELD_DRAIN_TIMEOUT_S": "3",
+            "CALLSHIELD_NODE_HEARTBEAT_S": "0.5",  # lost after 1.5 s without a beat
         }
         self.proc = Proc(name, _cli("bridge"), node_env, tmp)
 
@@ -265,7 +267,20 @@ def _run(
     node_b.proc.p.send_signal(signal.SIGKILL)
     node_b.proc.p.wait(5)
     b_call, a_call = by_node["node-b"], by_node["node-a"]
-    b_revisions = {(a.alert_id, a.revision) for a in _alerts(client, keys) if a.call_id == b_call}
+    b_last = max(a.revision for a in _alerts(client, keys) if a.call_id == b_call)
+
+    # node-b's heartbeat lapses: node-a's reaper ends its live call, reason node_lost
+    def live_ids() -> set[str]:
+        return {c["call_id"] for c in dash.get("/api/v1/calls").json()}
+
+    assert wait_for(lambda: b_call not in live_ids(), 15), live_ids()
+    assert dash.get(f"/api/v1/calls/{b_call}").json()["call"]["state"] == "ended"
+    b_ends = [e for e in _events(client, keys) if e.call_id == b_call and e.event == "ended"]
+    assert [e.reason for e in b_ends] == ["node_lost"]
+    assert client.hget(keys.call(b_call), "reaped") == b"node_lost"
+    b_alerts = [a for a in _alerts(client, keys) if a.call_id == b_call]
+    assert b_alerts[-1].revision == b_last + 1 and b_alerts[-1].call_state.value == "ended"
+    assert client.hget(keys.call(a_call), "reaped") is None  # node-a alive: not reaped
 
     # node-a's call goes on and ends by its BYE; its alert gets the final revision
     assert wait_for(lambda: calls["a-long"].p.poll() is not None, 20), calls["a-long"].tail()
@@ -273,6 +288,8 @@ def _run(
     assert wait_for(
         lambda: any(e.call_id == a_call and e.event == "ended" for e in _events(client, keys)), 10
     )
+    a_end = [e for e in _events(client, keys) if e.call_id == a_call and e.event == "ended"]
+    assert len(a_end) == 1 and a_end[0].reason != "node_lost"  # its own end, not reaped
     a_alerts = [a for a in _alerts(client, keys) if a.call_id == a_call]
     assert a_alerts[-1].call_state.value == "ended" and len({a.alert_id for a in a_alerts}) == 1
 
@@ -282,12 +299,8 @@ def _run(
     assert receiver.duplicates == 0 and receiver.bad_signatures == 0
     assert {p["data"]["node_id"] for p in receiver.first.values()} == {"node-a", "node-b"}
 
-    # the dead node's call: still listed live, its alert frozen at its last revision
-    live = {c["call_id"]: c for c in dash.get("/api/v1/calls").json()}
-    assert a_call not in live and b_call in live
-    assert live[b_call]["state"] == "started"
-    assert {(a.alert_id, a.revision) for a in _alerts(client, keys) if a.call_id == b_call} == (
-        b_revisions
-    )
-    assert not any(e.call_id == b_call and e.event == "ended" for e in _events(client, keys))
+    # after it all: no call of either node is live, node-b's call was ended once
+    assert not {a_call, b_call} & live_ids()
+    b_ends = [e for e in _events(client, keys) if e.call_id == b_call and e.event == "ended"]
+    assert [e.reason for e in b_ends] == ["node_lost"]
     assert node_a.ready()  # the survivor is unaffected
