@@ -96,6 +96,7 @@ class CallOutcome:
 
 
 Outcomes = dict[str, dict[str, CallOutcome]]  # detector -> call id -> outcome
+AudioLoader = Callable[[Item], tuple[FloatArray, int]]
 
 
 class _Capture:
@@ -221,17 +222,22 @@ def run_condition(
     legs: int = 16,
     chunk_s: float = 5.0,
     progress: Callable[[str], None] | None = None,
+    audio: AudioLoader | None = None,
 ) -> Outcomes:
-    """Every item through ``condition`` and every detector; outcomes per call."""
+    """Every item through ``condition`` and every detector; outcomes per call.
+    ``audio`` gives an item's audio (default: its files back to back,
+    ``load_call_audio``); the session evaluation renders sessions and channels there."""
     if condition not in CONDITIONS:
         raise ValueError(f"unknown condition {condition!r} (one of {', '.join(CONDITIONS)})")
     collector = _Collector(detectors, policy or Policy())
     for first in range(0, len(items), legs):
         wave = items[first : first + legs]
         if condition == "clean":
-            _clean_wave(wave, detectors, collector)
+            _clean_wave(wave, detectors, collector, audio or load_call_audio)
         else:
-            _telephone_wave(wave, detectors, collector, LOSS[condition], seed, chunk_s)
+            _telephone_wave(
+                wave, detectors, collector, LOSS[condition], seed, chunk_s, audio or load_call_audio
+            )
         if progress:
             progress(f"{condition}: {min(first + legs, len(items))}/{len(items)} calls")
     return collector.out
@@ -244,10 +250,11 @@ def _telephone_wave(
     loss: float,
     seed: int,
     chunk_s: float,
+    audio: AudioLoader,
 ) -> None:
     streams = []
     for it in wave:
-        x, rate = load_call_audio(it)
+        x, rate = audio(it)
         streams.append(telephone_frames(x, rate, loss, _call_seed(it.call_id, seed)))
     bank = FrameBank([d.spec.sample_rate for d in detectors], max_legs=len(wave))
     scheduler = _scheduler(detectors, collector, bank)
@@ -288,9 +295,10 @@ def _clean_wave(
     wave: Sequence[Item],
     detectors: Sequence[Detector],
     collector: _Collector,
+    load: AudioLoader,
 ) -> None:
     scheduler = _scheduler(detectors, collector, None)
-    audio = [load_call_audio(it) for it in wave]
+    audio = [load(it) for it in wave]
     rates = sorted({d.spec.sample_rate for d in detectors})
     at_rate = {r: [resample(x, sr, r) for x, sr in audio] for r in rates}
     rings: dict[int, RateRing] = {}
