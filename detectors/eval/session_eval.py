@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from detectors.bus.policy import DimensionPolicy
-from detectors.bus.policy_sim import Window, alerts_on
+from detectors.bus.policy_sim import Window, alert_score, alerts_on
 from detectors.contract import Detector
 from detectors.eval import channels, sessions
 from detectors.eval.audio import FloatArray
@@ -114,6 +114,10 @@ def count_alerts(outcome: CallOutcome, rule: DimensionPolicy) -> int:
     return alerts_on((Window(t, sc) for t, sc in sorted(outcome.scores)), rule)
 
 
+def _alert_score(outcome: CallOutcome, rule: DimensionPolicy) -> float:
+    return alert_score((Window(t, sc) for t, sc in sorted(outcome.scores)), rule)
+
+
 def clopper_pearson(k: int, n: int, alpha: float = Z_ALPHA) -> tuple[float, float]:
     """Exact two-sided (1 - alpha) interval for a binomial proportion k/n."""
     if n <= 0:
@@ -164,6 +168,11 @@ def tally(
     _, call_hi = clopper_pearson(alerted, len(gen))
     miss_lo, miss_hi = clopper_pearson(missed, len(spf))
     windows = sum(len(outcomes[it.call_id].scores) for it in gen)
+    # in-sample: the lowest threshold (same N-of-M) at which no genuine session alerts
+    # and the miss rate there; chosen on these very calls, so optimistic
+    top = {it.call_id: _alert_score(outcomes[it.call_id], rule) for it in items}
+    gen_top = max((top[it.call_id] for it in gen), default=-math.inf)
+    missed_above = sum(top[it.call_id] <= gen_top for it in spf)
     return {
         "threshold": rule.threshold,
         "n_of_m": [rule.n, rule.m],
@@ -181,6 +190,8 @@ def tally(
         "spoof_missed": missed,
         "miss_rate": missed / len(spf) if spf else None,
         "miss_rate_ci95": [miss_lo, miss_hi] if spf else None,
+        "genuine_max_alert_score": gen_top if gen else None,
+        "miss_rate_above_it": missed_above / len(spf) if spf else None,
         "fusion_alerted_calls": sum(outcomes[it.call_id].alerted for it in items),
         "policy_sim_alerted_calls": sum(c > 0 for c in counts.values()),
         "per_call": {k: v for k, v in sorted(counts.items()) if v},

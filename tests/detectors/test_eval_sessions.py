@@ -16,8 +16,9 @@ import pytest
 from detectors.bus.policy import DimensionPolicy
 from detectors.eval import sessions
 from detectors.eval.channels import CHANNELS
+from detectors.eval.dataset import Item
 from detectors.eval.engine import CallOutcome
-from detectors.eval.session_eval import clopper_pearson, count_alerts, poisson_upper
+from detectors.eval.session_eval import clopper_pearson, count_alerts, poisson_upper, tally
 from detectors.fusion import Policy
 from detectors.manifest import ModelManifest
 from detectors.model_store import ModelStore
@@ -69,6 +70,35 @@ def test_alerts_counted_per_call_in_time_order() -> None:
     assert count_alerts(o, rule) == 2
     assert count_alerts(o, rule.model_copy(update={"max_alerts_per_call": 1})) == 1
     assert count_alerts(CallOutcome(), rule) == 0
+
+
+def test_tally_sums_calls_and_finds_the_zero_false_alert_threshold() -> None:
+    rule = DimensionPolicy(threshold=0.5, n=2, m=3)
+    items = [
+        Item("g1", "bonafide", "a", ()),
+        Item("g2", "bonafide", "b", ()),
+        Item("s1", "spoof", "x_1", ()),
+        Item("s2", "spoof", "x_2", ()),
+    ]
+
+    def call(*scores: float) -> CallOutcome:
+        return CallOutcome(scores=[(1.5 * i, s) for i, s in enumerate(scores)])
+
+    outcomes = {
+        "g1": call(0.6, 0.6, 0.1),  # one false alert; alerts up to threshold 0.6
+        "g2": call(0.2, 0.3, 0.2),
+        "s1": call(0.9, 0.95, 0.9),
+        "s2": call(0.55, 0.58, 0.1),  # caught at 0.5, not above 0.6
+    }
+    r = tally(items, outcomes, rule, minutes=6.0)
+    assert r["genuine_calls"] == 2 and r["call_hours"] == pytest.approx(0.2)
+    assert r["false_alerts"] == 1 and r["genuine_calls_alerted"] == 1
+    assert r["false_alerts_per_1000_calls"] == 500.0
+    assert r["false_alerts_per_call_hour"] == pytest.approx(5.0)
+    assert r["spoof_missed"] == 0 and r["miss_rate"] == 0.0
+    assert r["genuine_max_alert_score"] == pytest.approx(0.6)
+    assert r["miss_rate_above_it"] == 0.5
+    assert r["per_call"] == {"g1": 1, "s1": 1, "s2": 1}
 
 
 def test_exact_bounds() -> None:
