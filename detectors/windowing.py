@@ -11,10 +11,13 @@ A ``WindowPlan`` per detector tracks, per leg, where its next window ends; ``col
 returns the windows that became complete. A window is a reference into the ring (row,
 start, length), copied once, straight into the scheduler's batch tensor; windows that
 need no inference (paused, leg role, concealed audio, too little speech) carry their
-abstention already. Audio of PAUSED frames is zeroed before it reaches a ring. With an
-echo gate (``detectors.echo``) attached as ``echo``, a voice dimension's window whose
-speech units lie mostly in frames marked as the internal leg's echo abstains ``echo``;
-such windows of a leg whose call has an echo reference are cut only once the gate's
+abstention already. Each received frame is also checked for tones and music
+(``detectors.tone``): a voice dimension's window whose in-band active frames are
+mostly stationary (ringback, dial tone, DTMF, hold music) abstains ``tone_or_music``.
+Audio of PAUSED frames is zeroed before it reaches a ring. With an echo gate
+(``detectors.echo``) attached as ``echo``, a voice dimension's window whose speech
+units lie mostly in frames marked as the internal leg's echo abstains ``echo``; such
+windows of a leg whose call has an echo reference are cut only once the gate's
 marks over them are final (up to ``span_s`` + 200 ms later).
 
 Leg time runs on the bank's tick from the moment the leg is added, so a leg missing
@@ -38,12 +41,16 @@ from detectors.contract import (
     WindowQuality,
 )
 from detectors.resample import PolyphaseResampler
+from detectors.tone import SHARE_MIN, ToneTracker
 from native.ingest_types import FRAME_INFO_DTYPE
 
 IN_RATE = 8000
 FRAME_MS = 20
 UNITS_PER_FRAME = 8  # 2.5 ms units, as the jitter buffer's real_mask
 SPEECH_BIT = 0x10
+TONE_BIT = 0x20  # the frame is stationary (tone or music), see detectors.tone
+BAND_BIT = 0x40  # the frame has in-band (100-3000 Hz) power above the speech gate
+MIN_TONE_UNITS = 25 * UNITS_PER_FRAME  # 0.5 s of active frames before a window is judged
 
 # Unit codes (low bits); SPEECH_BIT marks received audio above the speech-energy gate.
 NOT_STARTED, REAL, CONCEALED, CNG, PAUSED, MISSING = range(6)
@@ -155,6 +162,8 @@ class FrameBank:
         self._bits = (1 << np.arange(UNITS_PER_FRAME, dtype=np.uint8)).astype(np.uint8)
         self.echo: EchoMarks | None = None  # the echo gate (detectors.echo), if any
         self.echo_share_min = 0.5
+        self.tones = ToneTracker(max_legs, float(self._gate))
+        self.tone_share_min = SHARE_MIN  # of a window's active frames tonal -> abstain
 
     # ---- legs -----------------------------------------------------------------------
 
@@ -170,6 +179,7 @@ class FrameBank:
         for ring in self.rings.values():
             ring.audio[row] = 0.0
             ring.resampler.reset([row])
+        self.tones.reset([row])
         self._ids_cache = None
         return row
 
@@ -245,7 +255,11 @@ class FrameBank:
         if paused.any():
             x[paused] = 0.0  # DESIGN §2: paused audio never reaches a detector
         power = np.mean((x.reshape(len(rows), UNITS_PER_FRAME, -1)) ** 2, axis=2)
-        code[(code == REAL) & (power > self._gate)] |= SPEECH_BIT
+        received = code == REAL
+        code[received & (power > self._gate)] |= SPEECH_BIT
+        active, tonal = self.tones.update(rows, x)
+        code[received & active[:, None]] |= BAND_BIT
+        code[received & tonal[:, None]] |= TONE_BIT
         ucol = col * UNITS_PER_FRAME
         self.units[rows, ucol : ucol + UNITS_PER_FRAME] = code
         x *= np.float32(1.0 / 32768.0)
@@ -277,8 +291,9 @@ class FrameBank:
 
     def _quality(
         self, leg: _Leg, start_unit: int, n_units: int, mark: str
-    ) -> tuple[WindowQuality, int]:
-        """The window's quality and its count of paused units."""
+    ) -> tuple[WindowQuality, int, float]:
+        """The window's quality, its count of paused units and its tonal share (of
+        its in-band active units, 0 below ``MIN_TONE_UNITS`` of them)."""
         total = self.units.shape[1]
         start = start_unit % total
         seg = self.units[leg.row, start : start + n_units]
@@ -286,16 +301,24 @@ class FrameBank:
             seg = np.concatenate([seg, self.units[leg.row, : n_units - seg.shape[0]]])
         counts = np.bincount(seg & 0x0F, minlength=6)
         speech_units = int(np.count_nonzero(seg & SPEECH_BIT))
+        band_units = int(np.count_nonzero(seg & BAND_BIT))
+        tone_share = (
+            np.count_nonzero(seg & TONE_BIT) / band_units if band_units >= MIN_TONE_UNITS else 0.0
+        )
         late = leg.late_total - leg.late_marks.get(mark, 0)
         leg.late_marks[mark] = leg.late_total
-        return WindowQuality(
-            concealed_ratio=float(counts[CONCEALED] + counts[MISSING]) / n_units,
-            cng_ratio=float(counts[CNG]) / n_units,
-            missing_ratio=float(counts[MISSING]) / n_units,
-            net_speech_s=speech_units * FRAME_MS / UNITS_PER_FRAME / 1000,
-            late_packets=max(0, late),
-            jitter_ms=leg.jitter_ms,
-        ), int(counts[PAUSED])
+        return (
+            WindowQuality(
+                concealed_ratio=float(counts[CONCEALED] + counts[MISSING]) / n_units,
+                cng_ratio=float(counts[CNG]) / n_units,
+                missing_ratio=float(counts[MISSING]) / n_units,
+                net_speech_s=speech_units * FRAME_MS / UNITS_PER_FRAME / 1000,
+                late_packets=max(0, late),
+                jitter_ms=leg.jitter_ms,
+            ),
+            int(counts[PAUSED]),
+            float(tone_share),
+        )
 
     def echo_share(self, sid: int, start_unit: int, n_units: int) -> float:
         """Share of the window's speech units in frames the echo gate marked."""
@@ -356,7 +379,7 @@ class WindowPlan:
         us = self._unit_samples
         first_unit = leg.first_tick * UNITS_PER_FRAME + start // us
         n_units = -(-end // us) - start // us
-        quality, paused_units = bank._quality(leg, first_unit, n_units, spec.name)
+        quality, paused_units, tone_share = bank._quality(leg, first_unit, n_units, spec.name)
         key = WindowKey(
             leg.info.call_id,
             leg.info.leg_id,
@@ -377,6 +400,8 @@ class WindowPlan:
             and bank.echo_share(sid, first_unit, n_units) >= bank.echo_share_min
         ):
             abstained = Abstention.ECHO  # its speech is mostly the internal leg's echo
+        elif self._voice and tone_share >= bank.tone_share_min:
+            abstained = Abstention.TONE_OR_MUSIC  # ringback, DTMF, hold music: not a voice
         elif quality.net_speech_s < spec.min_net_speech_s:
             abstained = Abstention.TOO_LITTLE_SPEECH
         if abstained is not None:
