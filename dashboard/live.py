@@ -4,7 +4,10 @@ connected WebSocket client (DESIGN §7).
 One ``XREAD BLOCK`` loop on the alert and event streams, whatever the number of
 clients; each client has a bounded queue, and a client that falls that far behind is
 disconnected (it reconnects and reloads) instead of slowing the others. Payloads are
-the API's public models: phone numbers masked. Triage changes made through this process
+the API's public models: phone numbers masked. Each message is encoded once for all
+clients; each client's sender task only writes the shared text (no per-client JSON, no
+per-message ``asyncio.wait``), and the server offers no per-message compression, which
+would otherwise deflate every message once per client. Triage changes made through this process
 are pushed too (``publish``).
 """
 
@@ -27,15 +30,23 @@ log = logging.getLogger(__name__)
 
 
 class LiveClient:
+    """One connection's bounded queue of encoded messages. A client that falls
+    ``size`` messages behind is marked overflowed and gets ``None`` (the end marker,
+    in a slot kept for it): its sender stops and the route closes it with 1013."""
+
     def __init__(self, size: int) -> None:
-        self.queue: asyncio.Queue[str] = asyncio.Queue(maxsize=size)  # JSON text
-        self.overflowed = asyncio.Event()
+        self._size = size
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=size + 1)  # JSON text
+        self.overflowed = False
 
     def offer(self, message: str) -> None:
-        try:
-            self.queue.put_nowait(message)
-        except asyncio.QueueFull:
-            self.overflowed.set()
+        if self.overflowed:
+            return
+        if self.queue.qsize() >= self._size:
+            self.overflowed = True
+            self.queue.put_nowait(None)
+            return
+        self.queue.put_nowait(message)
 
 
 class LiveHub:

@@ -61,19 +61,30 @@ class DashboardStore:
         self._r, self.keys, self.dash = client, keys, DashKeys(keys)
         self._numbers = numbers  # opens the bridge-sealed ANI/DNIS (masked, or revealed)
         self._clock, self._alerts_scan, self._scores_scan = clock, alerts_scan, scores_scan
+        # stream entries never change: each is decoded (and masked) once, not per request
+        # (the queue view is polled; re-decoding 2,000 alerts held the live feed's loop)
+        self._decoded: dict[bytes, Alert | None] = {}
+        self._public: dict[tuple[str, int], AlertPublic] = {}
 
     # --- alerts ---------------------------------------------------------------------
     async def _latest_alerts(self) -> list[Alert]:
         entries: Any = await self._r.xrevrange(self.keys.alerts, count=self._alerts_scan)
         latest: dict[str, Alert] = {}
-        for _, fields in entries:
-            try:
-                alert = decode_alert(fields)
-            except ValueError:
+        decoded: dict[bytes, Alert | None] = {}  # only the entries still in the scan
+        for entry_id, fields in entries:
+            if entry_id in self._decoded:
+                alert = decoded[entry_id] = self._decoded[entry_id]
+            else:
+                try:
+                    alert = decoded[entry_id] = decode_alert(fields)
+                except ValueError:
+                    alert = decoded[entry_id] = None
+            if alert is None:
                 continue  # counted by the producer's schema tests; a reader drops it
             seen = latest.get(alert.alert_id)
             if seen is None or alert.revision > seen.revision:
                 latest[alert.alert_id] = alert
+        self._decoded = decoded
         return sorted(latest.values(), key=lambda a: a.updated_at, reverse=True)
 
     async def alert(self, alert_id: str) -> Alert | None:
@@ -103,10 +114,18 @@ class DashboardStore:
         if call_id is not None:
             alerts = [a for a in alerts if a.call_id == call_id]
         triage = await self.triage([a.alert_id for a in alerts])
-        public = [AlertPublic.of(a, triage[a.alert_id]) for a in alerts]
+        public = [self._public_of(a, triage[a.alert_id]) for a in alerts]
+        if len(self._public) > 2 * self._alerts_scan:  # keep only what this scan showed
+            self._public = {(p.alert_id, p.revision): p for p in public}
         if status is not None:
             public = [p for p in public if p.triage.status == status]
         return public
+
+    def _public_of(self, alert: Alert, triage: Triage) -> AlertPublic:
+        base = self._public.get((alert.alert_id, alert.revision))
+        if base is None:
+            base = self._public[alert.alert_id, alert.revision] = AlertPublic.of(alert)
+        return base.model_copy(update={"triage": triage})
 
     async def public_alert(self, alert_id: str) -> AlertPublic | None:
         alert = await self.alert(alert_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket
@@ -10,6 +11,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from dashboard.auth import Role
 from dashboard.deps import CtxDep, Viewer, authenticate, client_address, context
+from dashboard.live import LiveClient
 from dashboard.schemas import Health
 
 router = APIRouter(tags=["system"])
@@ -60,33 +62,35 @@ async def live(websocket: WebSocket) -> None:
         return
     await websocket.accept()
     client = ctx.hub.connect()
-    receiver = asyncio.ensure_future(websocket.receive())
-    overflow = asyncio.ensure_future(client.overflowed.wait())
+    tasks = (
+        asyncio.ensure_future(_send(websocket, client)),
+        asyncio.ensure_future(_until_disconnect(websocket)),
+    )
     try:
-        while True:
-            getter = asyncio.ensure_future(client.queue.get())
-            done, _ = await asyncio.wait(
-                {getter, receiver, overflow}, return_when=asyncio.FIRST_COMPLETED
-            )
-            if receiver in done:
-                if receiver.result()["type"] == "websocket.disconnect":
-                    getter.cancel()
-                    break
-                receiver = asyncio.ensure_future(websocket.receive())  # ignore client chatter
-            if overflow in done:
-                getter.cancel()
-                break  # fell too far behind: it reconnects and reloads
-            if getter in done:
-                await websocket.send_text(getter.result())
-                while not client.queue.empty() and not client.overflowed.is_set():
-                    await websocket.send_text(client.queue.get_nowait())  # no wait per message
-            else:
-                getter.cancel()
-    except (WebSocketDisconnect, RuntimeError):
-        pass
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        receiver.cancel()
-        overflow.cancel()
+        for task in tasks:  # no await here: the server may be cancelling this handler
+            task.add_done_callback(_retrieve)
+            task.cancel()
         ctx.hub.disconnect(client)
-        if client.overflowed.is_set():
+    if client.overflowed:  # fell too far behind: it reconnects and reloads
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError):
             await websocket.close(code=1013)
+
+
+async def _send(websocket: WebSocket, client: LiveClient) -> None:
+    """Writes the hub's shared, already-encoded messages until the end marker."""
+    while (text := await client.queue.get()) is not None:
+        await websocket.send_text(text)
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """A send to a client that has gone raises; that ends the connection, nothing else."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _until_disconnect(websocket: WebSocket) -> None:
+    """Client chatter is ignored; returns when the client goes."""
+    while (await websocket.receive())["type"] != "websocket.disconnect":
+        pass

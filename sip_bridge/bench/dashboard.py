@@ -33,10 +33,12 @@ from typing import Any
 
 import httpx
 import redis
+import redis.asyncio
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from detectors.alert_schema import Alert, Band, Dimension, Reason, alert_id_for
+from detectors.bus.codec import decode_alert
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.redis_server import RedisServer, free_port
 from detectors.bus.settings import BusSettings
@@ -109,12 +111,44 @@ async def _wait_clients(http: httpx.AsyncClient, n: int) -> None:
     raise RuntimeError(f"only {found} of {n} live-feed clients registered")
 
 
+async def _to_redis_ms(redis_url: str, sent_wall: dict[str, float]) -> list[float]:
+    r = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        entries: Any = await r.xrange(f"{PREFIX}{{alerts}}")
+    finally:
+        await r.aclose()
+    out = []
+    for entry_id, fields in entries:
+        alert_id = decode_alert(fields).alert_id
+        if alert_id in sent_wall:
+            out.append(int(entry_id.split(b"-")[0]) - sent_wall[alert_id] * 1000)
+    return out
+
+
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _phase(
-    base: str, key: str, pub: AlertPublisher, name: str, clients: int, rate: float, seconds: float
+    base: str,
+    key: str,
+    pub: AlertPublisher,
+    redis_url: str,
+    dashboard_pid: int,
+    name: str,
+    clients: int,
+    rate: float,
+    seconds: float,
 ) -> dict[str, Any]:
     ws_url = base.replace("http://", "ws://") + "/api/v1/live"
     headers = {"Authorization": f"Bearer {key}"}
     sent: dict[str, float] = {}
+    sent_wall: dict[str, float] = {}  # against Redis's clock: the stream entry ids
     results = [_Client() for _ in range(clients)]
     http = httpx.AsyncClient(base_url=base, headers=headers, timeout=10)
     sockets = [
@@ -139,6 +173,7 @@ async def _phase(
                 await asyncio.sleep(0.05)
 
         lister = asyncio.create_task(alert_list())
+        cpu0 = _cpu_s(dashboard_pid)
         total = max(1, round(rate * seconds))
         start = time.perf_counter()
         for i in range(total):
@@ -147,6 +182,7 @@ async def _phase(
             if delay > 0:
                 await asyncio.sleep(delay)
             alert = _alert(f"bench-{name}-{i:06d}")
+            sent_wall[alert.alert_id] = time.time()
             sent[alert.alert_id] = time.perf_counter()
             pub.publish_alert(alert)
         took = time.perf_counter() - start
@@ -155,17 +191,22 @@ async def _phase(
             await asyncio.sleep(0.05)
         lister.cancel()
         await asyncio.gather(lister, return_exceptions=True)
+        cpu1 = _cpu_s(dashboard_pid)
     finally:
         for ws in sockets:
             await ws.close()
         await asyncio.gather(*listeners, return_exceptions=True)
         await http.aclose()
     lost = [total - len(c.received) for c in results]
+    to_redis = await _to_redis_ms(redis_url, sent_wall)
     return {
         "clients": clients,
         "alerts_published": total,
         "publish_rate_per_s": round(total / took, 1) if took > 0 else None,
         "feed_latency": summarize([x for c in results for x in c.latencies_ms], "ms"),
+        # publish -> in the Redis stream (the entry id's millisecond, same host clock):
+        # the publisher's share of feed_latency; the rest is the dashboard and the socket
+        "to_redis_latency": summarize(to_redis, "ms"),
         "loss": {
             "per_client_max": max(lost),
             "per_client_mean": sum(lost) / len(lost),
@@ -173,6 +214,10 @@ async def _phase(
             "dropped_by_server": sum(1 for c in results if c.closed_by_server is not None),
         },
         "alert_list": {"latency": summarize(list_ms, "ms"), "errors": list_errors},
+        # the dashboard's CPU while publishing and draining, whatever else the machine
+        # runs: the fan-out's and the alert list's cost, steadier than latency on a busy box
+        "dashboard_cpu_s": round(cpu1 - cpu0, 3) if cpu0 is not None and cpu1 is not None else None,
+        "alert_list_requests": len(list_ms),
     }
 
 
@@ -229,8 +274,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pub = AlertPublisher(redis.Redis.from_url(server.url), bus)
             pub.start()
             base = f"http://127.0.0.1:{port}"
-            baseline = asyncio.run(_phase(base, key, pub, "one", 1, rate, seconds))
-            loaded = asyncio.run(_phase(base, key, pub, "many", clients, rate, seconds))
+            baseline = asyncio.run(
+                _phase(base, key, pub, server.url, proc.pid, "one", 1, rate, seconds)
+            )
+            loaded = asyncio.run(
+                _phase(base, key, pub, server.url, proc.pid, "many", clients, rate, seconds)
+            )
         finally:
             if pub is not None:
                 pub.close()
@@ -252,6 +301,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "summary": {
             "feed_p50_ms": loaded["feed_latency"].get("p50"),
             "feed_p99_ms": p99,
+            "to_redis_p99_ms": loaded["to_redis_latency"].get("p99"),
+            "dashboard_cpu_s": loaded["dashboard_cpu_s"],
             "baseline_feed_p99_ms": base_p99,
             "ratio_p99": round(p99 / base_p99, 2) if base_p99 else None,
             "alert_list_p99_ms": loaded["alert_list"]["latency"].get("p99"),
