@@ -137,6 +137,20 @@ class EchoMarks(Protocol):
         ...
 
 
+class SpeechMarks(Protocol):
+    """The VAD gate (``detectors.vad.gate.VadGate``), by bank row and bank tick."""
+
+    def reset(self, row: int, first_tick: int) -> None: ...
+
+    def remove(self, row: int) -> None: ...
+
+    def write(self, rows: npt.NDArray[np.intp], tick: int, x: npt.NDArray[np.float32]) -> None: ...
+
+    def settled(self, row: int) -> int | None: ...
+
+    def marks(self, row: int, first_tick: int, n_ticks: int) -> npt.NDArray[np.bool_] | None: ...
+
+
 class FrameBank:
     """Rings of every leg's audio and unit codes; see the module docstring."""
 
@@ -164,6 +178,7 @@ class FrameBank:
         self.echo_share_min = 0.5
         self.tones = ToneTracker(max_legs, float(self._gate))
         self.tone_share_min = SHARE_MIN  # of a window's active frames tonal -> abstain
+        self.vad: SpeechMarks | None = None  # set before the first leg is added
 
     # ---- legs -----------------------------------------------------------------------
 
@@ -180,6 +195,8 @@ class FrameBank:
             ring.audio[row] = 0.0
             ring.resampler.reset([row])
         self.tones.reset([row])
+        if self.vad is not None:
+            self._vad_role(row, info.role)
         self._ids_cache = None
         return row
 
@@ -188,11 +205,25 @@ class FrameBank:
         if leg is not None:
             self._active[leg.row] = False
             self._free_rows.append(leg.row)
+            if self.vad is not None:
+                self.vad.remove(leg.row)
             self._ids_cache = None
 
     def set_role(self, stream_id: int, role: LegRole) -> None:
         leg = self._legs[stream_id]
+        if self.vad is not None and (role is LegRole.INTERNAL) != (
+            leg.info.role is LegRole.INTERNAL
+        ):
+            self._vad_role(leg.row, role)
         leg.info = LegInfo(leg.info.call_id, leg.info.leg_id, role, leg.info.codec)
+
+    def _vad_role(self, row: int, role: LegRole) -> None:
+        """The agent's leg is never analysed for voice: the VAD gate skips it."""
+        assert self.vad is not None
+        if role is LegRole.INTERNAL:
+            self.vad.remove(row)
+        else:
+            self.vad.reset(row, self.tick)
 
     def update_leg_stats(self, stream_id: int, late_total: int, jitter_ms: float) -> None:
         """Cumulative late packets and current jitter (from the ingest's stream stats)."""
@@ -233,6 +264,10 @@ class FrameBank:
             if not keep.all():
                 rows, pcm, infos = rows[keep], pcm[keep], infos[keep]
             self._write(rows, pcm[:, : IN_RATE * FRAME_MS // 1000], infos, col)
+        if self.vad is not None:  # legs missing from the pull: silence on the VAD's timeline
+            missing = np.setdiff1d(np.flatnonzero(self._active), rows[rows >= 0])
+            if missing.size:
+                self.vad.write(missing, self.tick, np.zeros((missing.size, 160), np.float32))
         self.tick += 1
 
     def _write(
@@ -263,6 +298,8 @@ class FrameBank:
         ucol = col * UNITS_PER_FRAME
         self.units[rows, ucol : ucol + UNITS_PER_FRAME] = code
         x *= np.float32(1.0 / 32768.0)
+        if self.vad is not None:
+            self.vad.write(rows, self.tick, x)
         for ring in self.rings.values():
             ring.audio[rows, col * ring.spf : (col + 1) * ring.spf] = ring.resampler.process(
                 rows, x
@@ -300,7 +337,15 @@ class FrameBank:
         if seg.shape[0] < n_units:
             seg = np.concatenate([seg, self.units[leg.row, : n_units - seg.shape[0]]])
         counts = np.bincount(seg & 0x0F, minlength=6)
-        speech_units = int(np.count_nonzero(seg & SPEECH_BIT))
+        speech = (seg & SPEECH_BIT) != 0
+        if self.vad is not None:  # energy AND Silero speech (module docstring)
+            first_tick = start_unit // UNITS_PER_FRAME
+            n_ticks = -(-(start_unit + n_units) // UNITS_PER_FRAME) - first_tick
+            marks = self.vad.marks(leg.row, first_tick, n_ticks)
+            if marks is not None:
+                vad = np.repeat(marks, UNITS_PER_FRAME)
+                speech &= vad[start_unit - first_tick * UNITS_PER_FRAME :][:n_units]
+        speech_units = int(np.count_nonzero(speech))
         band_units = int(np.count_nonzero(seg & BAND_BIT))
         tone_share = (
             np.count_nonzero(seg & TONE_BIT) / band_units if band_units >= MIN_TONE_UNITS else 0.0
@@ -349,6 +394,7 @@ class WindowPlan:
         self._next_end: dict[int, int] = {}  # stream id -> leg-relative end sample
         self._unit_samples = spec.sample_rate * FRAME_MS // 1000 // UNITS_PER_FRAME
         self._voice = spec.dimension in VOICE_DIMENSIONS
+        self._gated = spec.min_net_speech_s > 0.0
 
     def collect(self, now: float) -> list[WindowJob]:
         """Windows completed by the frames pushed so far (each leg, oldest first)."""
@@ -364,6 +410,10 @@ class WindowPlan:
                 settled = bank.echo.settled(sid)  # wait for final echo marks
                 if settled is not None:
                     ready = min(written, max(0, settled - leg.first_tick) * ring.spf)
+            if self._gated and bank.vad is not None:  # wait for final VAD marks
+                vad_settled = bank.vad.settled(leg.row)
+                if vad_settled is not None:
+                    ready = min(ready, max(0, vad_settled - leg.first_tick) * ring.spf)
             end = self._next_end.get(sid, spec.window)
             while end <= ready:
                 jobs.append(self._job(sid, leg, end, written, now))

@@ -44,6 +44,8 @@ from detectors.replay.service import ReplayService, build_replay
 from detectors.runtime import DetectorRuntime, RuntimeConfig
 from detectors.speaker.settings import BiometricsSettings
 from detectors.stages import chain
+from detectors.vad.gate import VadGate, gate_from_store
+from detectors.vad.install import NAME as VAD_NAME
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
 from sip_bridge.biometrics import Biometrics, build_biometrics, mode_gate, speaker_manifest
@@ -69,6 +71,8 @@ def load_detectors(models: ModelSettings, dev_fixtures: str = "") -> list[Detect
         except (LookupError, ValueError) as exc:
             log.error("model %s not loaded: %s", name, exc)
             continue
+        if name == VAD_NAME:
+            continue  # stateful: the VAD gate of the frame bank (Wiring), not a detector
         if found.manifest.fixture:
             log.warning(
                 "model %s in %s is a runtime test fixture, not a detector: not loaded "
@@ -176,6 +180,13 @@ class Wiring:
         )
         self.echo = EchoGate(max_legs=max(1, 2 * max_calls)) if settings.echo_gate else None
         self.runtime.bank.echo = self.echo
+        # Silero, where installed, decides the net speech of every window (too_little_speech)
+        self.vad_gate: VadGate | None = gate_from_store(
+            models.models_dir, max(1, 2 * max_calls), self.runtime.bank.ring_frames
+        )
+        self.runtime.bank.vad = self.vad_gate
+        if self.vad_gate is not None:
+            log.info("VAD gating: net speech per window from Silero and the energy gate")
         # the alert policy from Redis, swapped into fusion when an admin changes it
         self.policy_watch = PolicyWatcher(
             self.client, Keys(self.bus_settings.key_prefix), self.runtime.set_policy
@@ -274,6 +285,8 @@ class Wiring:
         if self.http is not None:
             self.http.close()
         self.runtime.close()
+        if self.vad_gate is not None:
+            self.vad_gate.close()
         self.policy_watch.close()
         if self.biometrics is not None:
             self.biometrics.close()
