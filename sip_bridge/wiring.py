@@ -52,6 +52,7 @@ from sip_bridge.biometrics import Biometrics, build_biometrics, mode_gate, speak
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.evidence import EvidenceRecorder
+from sip_bridge.gc_discipline import Frozen, freeze_after_warm_up, thaw
 from sip_bridge.http import StatusServer
 from sip_bridge.settings import Settings, split_host_port
 
@@ -197,6 +198,7 @@ class Wiring:
         self._alive: Callable[[], bool] = lambda: False
         self._started = False
         self._supervising = False
+        self._frozen: Frozen | None = None
         self._ping_at = 0.0
         self._ping_ok = False
         self._ping_lock = threading.Lock()
@@ -278,10 +280,14 @@ class Wiring:
         log.info(
             "%d detector models pre-warmed in %.1f s", len(self.detectors), time.monotonic() - t0
         )
+        self._frozen = freeze_after_warm_up()  # DESIGN §3: no full GC pass over the models
         self._started = True
 
     def close(self) -> None:
         self._started = False
+        if self._frozen is not None:
+            thaw(self._frozen)
+            self._frozen = None
         if self.http is not None:
             self.http.close()
         self.runtime.close()

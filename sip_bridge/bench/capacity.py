@@ -12,6 +12,13 @@ first step where queue wait p99 > 250 ms, tick lag p99 > 5 ms or any window was
 unavailable; the knee is the last step that passed. In the same run, the AASIST-shaped
 model's throughput with batches of ``--max-batch`` is measured against batch 1 (the
 same worker threads, back to back).
+
+``--tick-jitter`` measures instead, at ``--start`` calls, the 20 ms tick lateness (and
+every collector pause, from ``gc.callbacks``) under three GC regimes in the same run,
+interleaved ``--jitter-rounds`` times for ``--step-seconds`` each: ``default`` (no
+freeze, CPython's thresholds), ``frozen`` (``gc.freeze()`` after warm-up) and
+``frozen_gen0`` (frozen, gen0 threshold raised: what the bridge does,
+``sip_bridge.gc_discipline``).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from native.ingest_types import FRAME_INFO_DTYPE
 from native.jitter import JitterBuffer
 from sip_bridge.bench.report import summarize
 from sip_bridge.demo import find_speech, leg_audio
+from sip_bridge.gc_discipline import GEN0_THRESHOLD, freeze_after_warm_up, thaw
 
 FRAME_NS = 20_000_000
 
@@ -62,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="Python's GIL switch interval (default 5 ms lets a worker hold the tick back)",
     )
+    parser.add_argument(
+        "--tick-jitter",
+        action="store_true",
+        help="at --start calls, tick lateness with and without the GC freeze (no ramp)",
+    )
+    parser.add_argument("--jitter-rounds", type=int, default=2)
 
 
 class _Publisher:
@@ -198,10 +212,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t_warm = time.perf_counter()
     rt.start()
     warm_s = time.perf_counter() - t_warm
-    gc.collect()
-    gc.freeze()  # DESIGN §3: no collector pauses on the tick path after warm-up
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(args.switch_interval_ms / 1000)
+    if args.tick_jitter:
+        try:
+            jitter = _tick_jitter(rt, files, stats, args)
+        finally:
+            rt.close()
+            sys.setswitchinterval(old_switch)
+        return {
+            "benchmark": "capacity-tick-jitter",
+            "provider": detectors[0].provider,
+            "calls": args.start,
+            "config": {
+                "models": [d.spec.name for d in detectors],
+                "rounds": args.jitter_rounds,
+                "step_seconds": args.step_seconds,
+                "switch_interval_ms": args.switch_interval_ms,
+                "gen0_threshold_frozen": GEN0_THRESHOLD,
+                "default_thresholds": gc.get_threshold(),
+            },
+            "warm_up_s": warm_s,
+            "tick_jitter": jitter,
+        }
+    frozen = freeze_after_warm_up()  # DESIGN §3: as the bridge, after warm-up
     legs: list[_Leg] = []
     steps: list[dict[str, Any]] = []
     knee = 0
@@ -230,7 +264,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             target += args.step
     finally:
         rt.close()
-        gc.unfreeze()
+        thaw(frozen)
         sys.setswitchinterval(old_switch)
     ratio = _throughput_ratio(detectors[0], args.max_batch, args.workers, 8 if args.tiny else 48)
     return {
@@ -271,9 +305,11 @@ def _run_step(
     joins: list[tuple[int, str, list[_Leg]]],
     stats: _Stats,
     seconds: float,
+    lags_out: list[float] | None = None,
 ) -> dict[str, Any]:
     """Run ``seconds`` of 20 ms ticks; ``joins``: (tick, call id, legs) to add on the way
-    (legs not yet joined are fed but ignored by the runtime, as unregistered streams)."""
+    (legs not yet joined are fed but ignored by the runtime, as unregistered streams);
+    ``lags_out`` collects every tick's lateness (ms)."""
     ids = np.array([leg.sid for leg in legs], np.int32)
     pcm = np.zeros((len(legs), 160), np.int16)
     infos = np.zeros(len(legs), FRAME_INFO_DTYPE)
@@ -306,6 +342,8 @@ def _run_step(
         rt.on_frames(pulled)
         work.append((time.monotonic_ns() - now) / 1e6)
     time.sleep(0.3)  # let the last batches finish
+    if lags_out is not None:
+        lags_out.extend(lags)
     cpu = time.process_time() - cpu0
     wall = (time.monotonic_ns() - start) / 1e9
     with stats.lock:
@@ -328,3 +366,62 @@ def _run_step(
         "mean_batch": float(np.mean(batches)) if batches else 0.0,
         "capacity_estimate_calls": rt.admission.capacity(),
     }
+
+
+class _GcPauses:
+    """Every collector pass (any thread) while installed: duration and generation."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], (time.perf_counter() - self._t0) * 1000))
+
+
+def _tick_jitter(
+    rt: DetectorRuntime, files: list[Path], stats: _Stats, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Tick lateness under each GC regime, interleaved in one run (see the docstring)."""
+    legs: list[_Leg] = []
+    joins: list[tuple[int, str, list[_Leg]]] = []
+    for c in range(args.start):
+        caller, agent = _call_audio(files, c, 60.0)
+        new = [_Leg(len(legs) + k, pcm) for k, pcm in enumerate((caller, agent))]
+        legs.extend(new)
+        joins.append((c * int(args.hop * 50) // max(1, args.start), f"call{c}", new))
+    _run_step(rt, legs, joins, stats, max(2.0 * args.hop, 2.0))  # join and settle
+    defaults = gc.get_threshold()
+    modes = ("default", "frozen", "frozen_gen0")
+    lags: dict[str, list[float]] = {m: [] for m in modes}
+    pauses: dict[str, list[tuple[int, float]]] = {m: [] for m in modes}
+    unavailable = dict.fromkeys(modes, 0)
+    for _ in range(max(1, args.jitter_rounds)):
+        for mode in modes:
+            frozen = None
+            if mode != "default":
+                frozen = freeze_after_warm_up(GEN0_THRESHOLD if mode == "frozen_gen0" else 0)
+            watch = _GcPauses()
+            gc.callbacks.append(watch)
+            try:
+                step = _run_step(rt, legs, [], stats, args.step_seconds, lags[mode])
+            finally:
+                gc.callbacks.remove(watch)
+                if frozen is not None:
+                    thaw(frozen)
+                gc.set_threshold(*defaults)
+            pauses[mode].extend(watch.pauses)
+            unavailable[mode] += step["windows"].get("unavailable", 0)
+    out: dict[str, Any] = {}
+    for mode in modes:
+        p = pauses[mode]
+        out[mode] = {
+            "tick_lag": summarize(lags[mode], "ms"),
+            "gc_pause": summarize([ms for _, ms in p], "ms"),
+            "gc_passes_per_generation": {g: sum(1 for gg, _ in p if gg == g) for g in range(3)},
+            "unavailable_windows": unavailable[mode],
+        }
+    return out
