@@ -25,6 +25,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
 
 from sip_bridge.attach import AttachedCalls, CallCreate, CallUpdate, CallView, UnknownLegError
 from sip_bridge.calls import CallController
@@ -86,6 +87,18 @@ def guarded_route(check: Callable[[Request], None]) -> type[APIRoute]:
             return guarded
 
     return GuardedRoute
+
+
+class PauseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    paused: bool
+    reason: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.:-]*$")
+
+
+class PauseView(BaseModel):
+    call_id: str
+    paused: bool
 
 
 def control_router(controller: CallController, settings: Settings) -> APIRouter:
@@ -152,6 +165,26 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
         except UnknownLegError as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no leg {exc.args[0]!r}") from None
         return calls.view(call)
+
+    @router.put(
+        "/{call_id}/pause",
+        response_model=PauseView,
+        summary="Secure pause (or resume) of ANY live call, whatever its transport",
+        responses={404: {"description": "no such live call on this bridge"}},
+    )
+    async def pause_call(call_id: str, body: PauseIn) -> PauseView:
+        """PCI secure pause for calls the PBX did not create here (SIP, SIPREC, media
+        WebSockets, WHIP, AudioSocket, Connect): every leg's audio and DTMF are dropped
+        in C until resumed; the gap counts as a pause, not loss; held/resumed events
+        carry ``reason``. The transport's own pause (AudioHook, SIPREC inactive) acts on
+        the same state: the last word wins."""
+        if call_id not in controller.calls:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such live call")
+        controller.set_call_paused(
+            call_id, body.paused, f"api:{body.reason}" if body.reason else "api"
+        )
+        legs = controller.calls[call_id].legs.values()
+        return PauseView(call_id=call_id, paused=all(leg.paused for leg in legs))
 
     @router.delete(
         "/{call_id}",

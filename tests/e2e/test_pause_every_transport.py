@@ -253,6 +253,46 @@ def test_siprec_reinvite_inactive_drops_audio_and_dtmf(shared_dir: Path) -> None
         bridge.stop()
 
 
+def test_api_pause_of_a_siprec_call_drops_audio_and_dtmf(shared_dir: Path) -> None:
+    """PUT /v1/calls/{id}/pause reaches calls of any transport: here a SIPREC call whose
+    SRC never pauses itself (e.g. the IVR knows a card number is coming, the SBC not)."""
+    pcm = load_speech(shared_dir, FRAMES * F / 8000, skip=10)
+    bridge = _bridge()
+    try:
+        src = SiprecClient(bridge.sip_port, 41100)
+        port = src.invite()
+        (call,) = bridge.calls().values()
+        leg_id = next(leg.leg_id for leg in call.legs.values() if leg.label == "1")
+        sender = RtpSender(("127.0.0.1", port), pcm)
+        url = f"/v1/calls/{call.call_id}/pause"
+        with _api(bridge) as api:
+            assert api.put("/v1/calls/call_nope/pause", json={"paused": True}).status_code == 404
+            bad = api.put(url, json={"paused": True, "reason": "has spaces"})
+            assert bad.status_code == 422
+            no_token = httpx.put(f"{api.base_url}{url}", json={"paused": True}, timeout=5)
+            assert no_token.status_code == 401
+
+            def pause(paused: bool) -> None:
+                r = api.put(url, json={"paused": paused, "reason": "pci"})
+                assert r.status_code == 200 and r.json()["paused"] is paused, r.text
+
+            _stream(sender.frame, {PAUSE: lambda: pause(True), RESUME: lambda: pause(False)})
+        _drained(bridge, leg_id, sender.ts0)
+        jb = _assert_paused_span(bridge, leg_id, ulaw_decode(sender.ulaw), sender.ts0)
+        assert jb["dtmf_events"] == OUTSIDE
+        assert jb["packets_paused"] >= 50
+        src.bye()
+        assert wait_for(lambda: bridge.calls() == {})
+        assert _events(bridge, call.call_id) == [
+            ("started", ""),
+            ("held", "api:pci"),
+            ("resumed", "api:pci"),
+            ("ended", "bye"),
+        ]
+    finally:
+        bridge.stop()
+
+
 # ---- RTP attached by the control API: PATCH paused -----------------------------------
 
 
