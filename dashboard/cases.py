@@ -217,6 +217,21 @@ class CallFacts:
         have = {c.call_id for c in case.calls}
         anis = {c.ani_hash for c in case.calls if c.ani_hash}
         entries = {a.watchlist_entry for c in case.calls for a in c.alerts if a.watchlist_entry}
+        return await self._linked(have, anis, entries, replay=True)
+
+    async def related(self, call_id: str) -> list[dict[str, Any]]:
+        """Other recent calls with the call's ANI hash or a watchlist entry it matched
+        (the call page): the checked links only, no replay guesses."""
+        this = await self.call(call_id, LinkKind.MANUAL, "", "")
+        if this is None:
+            return []
+        entries = {a.watchlist_entry for a in this.alerts if a.watchlist_entry}
+        anis = {this.ani_hash} if this.ani_hash else set()
+        return await self._linked({call_id}, anis, entries, replay=False)
+
+    async def _linked(
+        self, have: set[str], anis: set[str], entries: set[str], replay: bool
+    ) -> list[dict[str, Any]]:
         out: dict[tuple[str, LinkKind], dict[str, Any]] = {}
         for call_id, (started, ani) in (await self.calls()).items():
             if call_id not in have and ani and ani in anis:
@@ -237,7 +252,7 @@ class CallFacts:
                     "started_at": None,
                     "why": f"matched watchlist entry {entry}",
                 }
-            elif a.dimension is Dimension.REPLAY:
+            elif replay and a.dimension is Dimension.REPLAY:
                 out[a.call_id, LinkKind.REPLAY] = {
                     "call_id": a.call_id,
                     "link": LinkKind.REPLAY,

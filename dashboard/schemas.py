@@ -7,13 +7,20 @@ which only the audited reveal route returns.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from dashboard.masking import mask_ids, mask_number, mask_text
-from detectors.alert_schema import Alert, Band, CallState, Dimension, Reason
+from detectors.alert_schema import (
+    Alert,
+    Band,
+    CallerIdentityInfo,
+    CallState,
+    Dimension,
+    Reason,
+)
 
 BAND_RANK: dict[Band, int] = {Band.LOW: 0, Band.ELEVATED: 1, Band.HIGH: 2}
 Label = Literal["true_positive", "false_positive"]
@@ -108,6 +115,9 @@ class CallPublic(BaseModel):
     dimension: Dimension | None = None  # the dimension behind the band
     score: float | None = None
     alerts: int = 0
+    # from the newest mid-call claims (PATCH /calls/{id}); None until one names them
+    queue: str | None = None
+    agent_id: str | None = None
 
     @staticmethod
     def masked(value: str) -> str:
@@ -145,11 +155,23 @@ class TimelinePoint(BaseModel):
 
 class CallDetail(BaseModel):
     call: CallPublic
+    # the signalling's caller-ID facts from the call's last event (STIR/SHAKEN
+    # attestation, PASSporT verification, diversions): never a number
+    identity: CallerIdentityInfo | None = None
     alerts: list[AlertPublic]
     timeline: dict[str, list[TimelinePoint]]
     abstentions: dict[str, int]
     concealed_ratio: float | None
     jitter_ms: float | None
+
+
+class RelatedCall(BaseModel):
+    """A recent call linked to another by the same ANI hash or watchlist match."""
+
+    call_id: str
+    link: Literal["ani", "voiceprint"]
+    started_at: datetime | None
+    why: str
 
 
 class Comment(BaseModel):
@@ -225,3 +247,25 @@ class Health(BaseModel):
     live_calls: int = 0
     live_feed_clients: int = 0
     live_feed_behind: int | None = None  # alert entries not yet fanned out
+
+
+class CallFilters(BaseModel):
+    """Live-call filters (the API's query parameters and the calls page's form)."""
+
+    band: Band | None = None
+    queue: str | None = Field(default=None, min_length=1, max_length=64)
+    agent: str | None = Field(default=None, min_length=1, max_length=128)
+    since: datetime | None = None  # the call's last event at or after (ISO 8601)
+    until: datetime | None = None  # ... at or before
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_none(cls, v: object) -> object:
+        return None if v == "" else v  # the page's form sends empty fields
+
+    def store_args(self) -> dict[str, Any]:
+        utc = {
+            name: t if t is None or t.tzinfo else t.replace(tzinfo=UTC)
+            for name, t in (("since", self.since), ("until", self.until))
+        }
+        return {"band": self.band, "queue": self.queue, "agent": self.agent, **utc}

@@ -34,6 +34,7 @@ from dashboard.schemas import (
     Triage,
 )
 from detectors.alert_schema import Alert, Band, CallEvent, Dimension, ScoreUpdate, SystemEvent
+from detectors.bus.biometrics import CallUpdate
 from detectors.bus.codec import decode_alert
 from detectors.bus.keys import Keys
 from detectors.bus.numbers import NumberVault
@@ -61,6 +62,7 @@ class DashboardStore:
         self._r, self.keys, self.dash = client, keys, DashKeys(keys)
         self._numbers = numbers  # opens the bridge-sealed ANI/DNIS (masked, or revealed)
         self._clock, self._alerts_scan, self._scores_scan = clock, alerts_scan, scores_scan
+        self._claims_scan = alerts_scan  # newest mid-call claims read for queue/agent
         # stream entries never change: each is decoded (and masked) once, not per request
         # (the queue view is polled; re-decoding 2,000 alerts held the live feed's loop)
         self._decoded: dict[bytes, Alert | None] = {}
@@ -201,15 +203,26 @@ class DashboardStore:
             log.warning("call %s: its sealed numbers do not open with this key", call_id)
             return {"ani": "", "dnis": ""}
 
-    def _call(self, call_id: str, fields: dict[str, str], alerts: list[Alert]) -> CallPublic:
-        event = None
-        if fields.get("json"):
-            try:
-                event = CallEvent.model_validate_json(fields["json"])
-            except ValueError:
-                event = None
+    @staticmethod
+    def _event(fields: dict[str, str]) -> CallEvent | None:
+        if not fields.get("json"):
+            return None
+        try:
+            return CallEvent.model_validate_json(fields["json"])
+        except ValueError:
+            return None
+
+    def _call(
+        self,
+        call_id: str,
+        fields: dict[str, str],
+        alerts: list[Alert],
+        claims: dict[str, str] | None = None,
+    ) -> CallPublic:
+        event = self._event(fields)
         top = max(alerts, key=lambda a: (BAND_RANK[a.band], a.score), default=None)
         numbers = self._open_numbers(call_id, fields)
+        claims = claims or {}
         return CallPublic(
             call_id=call_id,
             state=fields.get("state", "unknown"),
@@ -222,20 +235,66 @@ class DashboardStore:
             dimension=top.dimension if top else None,
             score=top.score if top else None,
             alerts=len(alerts),
+            queue=claims.get("queue"),
+            agent_id=claims.get("agent_id"),
         )
 
-    async def live_calls(self, band: Band | None = None, limit: int = 500) -> list[CallPublic]:
-        members: Any = await self._r.zrevrange(self.keys.live_calls, 0, limit - 1)
+    async def call_claims(self, call_ids: set[str] | None = None) -> dict[str, dict[str, str]]:
+        """Queue and agent per call from the newest ``claims_scan`` mid-call claims
+        (``PATCH /calls/{id}``; the bridge keeps them in memory only): the newest value
+        of each field wins."""
+        entries: Any = await self._r.xrevrange(self.keys.call_updates, count=self._claims_scan)
+        out: dict[str, dict[str, str]] = {}
+        for _, raw in entries:
+            body = next((v for k, v in raw.items() if _s(k) == "json"), None)
+            if body is None:
+                continue
+            try:
+                update = CallUpdate.model_validate_json(body)
+            except ValueError:
+                continue  # the route validated it; a foreign writer's entry is dropped
+            if call_ids is not None and update.call_id not in call_ids:
+                continue
+            seen = out.setdefault(update.call_id, {})
+            for name in ("queue", "agent_id"):
+                value = getattr(update, name)
+                if value is not None:
+                    seen.setdefault(name, value)
+        return out
+
+    async def live_calls(
+        self,
+        band: Band | None = None,
+        queue: str | None = None,
+        agent: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 500,
+    ) -> list[CallPublic]:
+        """Live calls, riskiest first. ``since``/``until`` bound the call's last event
+        (the ``calls:live`` score); ``queue``/``agent`` match the claimed ones exactly."""
+        members: Any = await self._r.zrevrangebyscore(
+            self.keys.live_calls,
+            until.timestamp() if until else "+inf",
+            since.timestamp() if since else "-inf",
+            start=0,
+            num=limit,
+        )
         ids = [_s(c) for c in members]
         by_call: dict[str, list[Alert]] = defaultdict(list)
         for alert in await self._latest_alerts():
             by_call[alert.call_id].append(alert)
+        claims = await self.call_claims(set(ids))
         calls = [
-            self._call(call_id, fields, by_call.get(call_id, []))
+            self._call(call_id, fields, by_call.get(call_id, []), claims.get(call_id))
             for call_id, fields in zip(ids, await self._call_hashes(ids), strict=True)
         ]
         if band is not None:
             calls = [c for c in calls if c.band == band]
+        if queue is not None:
+            calls = [c for c in calls if c.queue == queue]
+        if agent is not None:
+            calls = [c for c in calls if c.agent_id == agent]
         return sorted(calls, key=lambda c: (BAND_RANK[c.band], c.score or 0.0), reverse=True)
 
     async def raw_numbers(self, call_id: str) -> dict[str, Any] | None:
@@ -326,8 +385,11 @@ class DashboardStore:
                 )
             concealed.append(score.quality.concealed_ratio)
             jitter.append(score.quality.jitter_ms)
+        event = self._event(fields)
+        claims = (await self.call_claims({call_id})).get(call_id)
         return CallDetail(
-            call=self._call(call_id, fields, alerts),
+            call=self._call(call_id, fields, alerts, claims),
+            identity=event.identity if event else None,
             alerts=[AlertPublic.of(a, triage[a.alert_id]) for a in alerts],
             timeline=dict(timeline),
             abstentions=dict(abstentions),

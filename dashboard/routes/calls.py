@@ -5,23 +5,36 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import HTTPConnection
 
 from dashboard.auth import Principal
+from dashboard.cases import CallFacts
 from dashboard.deps import Analyst, Context, CtxDep, Viewer
 from dashboard.masking import mask_text
-from dashboard.schemas import CallDetail, CallPublic, CallRisk, RevealedNumbers, RevealIn
-from detectors.alert_schema import Band
+from dashboard.schemas import (
+    CallDetail,
+    CallFilters,
+    CallPublic,
+    CallRisk,
+    RelatedCall,
+    RevealedNumbers,
+    RevealIn,
+)
 from detectors.bus.biometrics import SUBJECT_PATTERN, CallUpdate, new_id
 
 router = APIRouter(prefix="/calls", tags=["calls"])
 
 
 @router.get("")
-async def live_calls(who: Viewer, ctx: CtxDep, band: Band | None = None) -> list[CallPublic]:
-    """Live calls, riskiest first, with the band and the dimension behind it."""
-    return await ctx.store.live_calls(band=band)
+async def live_calls(
+    who: Viewer, ctx: CtxDep, filters: Annotated[CallFilters, Query()]
+) -> list[CallPublic]:
+    """Live calls, riskiest first, with the band and the dimension behind it. Filters:
+    ``band``; ``queue`` and ``agent`` (exact, as a mid-call claim ``PATCH`` set them);
+    ``since``/``until`` (ISO 8601, a time zone or UTC) on the call's last event."""
+    return await ctx.store.live_calls(**filters.store_args())
 
 
 System = Annotated[
@@ -103,6 +116,20 @@ async def risk(call_id: str, who: Viewer, ctx: CtxDep) -> CallRisk:
     if found is None:
         raise HTTPException(404, "no such call")
     return found
+
+
+def _facts(conn: HTTPConnection) -> CallFacts:
+    facts: CallFacts = conn.app.state.call_facts
+    return facts
+
+
+@router.get("/{call_id}/related")
+async def related(
+    call_id: str, who: Viewer, facts: Annotated[CallFacts, Depends(_facts)]
+) -> list[RelatedCall]:
+    """Other recent calls with this call's ANI hash (never the number) or a watchlist
+    entry it matched: ``link`` is ``ani`` or ``voiceprint``, as a case would link them."""
+    return [RelatedCall.model_validate(r) for r in await facts.related(call_id)]
 
 
 @router.get("/{call_id}")

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from dashboard import chart
 from dashboard.auth import Principal
+from dashboard.cases import CallFacts
 from dashboard.deps import CtxDep, PageAdmin, PageViewer
 from dashboard.evidence import evidence_view
 from dashboard.routes.auth import log_in, set_session_cookie
+from dashboard.schemas import CallFilters, RelatedCall
 from detectors.alert_schema import Band
 
 router = APIRouter(include_in_schema=False)
@@ -99,15 +101,16 @@ async def logout_form(who: PageViewer, ctx: CtxDep) -> Response:
 
 @router.get("/")
 async def calls_page(
-    request: Request, who: PageViewer, ctx: CtxDep, band: Band | None = None
+    request: Request, who: PageViewer, ctx: CtxDep, filters: Annotated[CallFilters, Query()]
 ) -> Response:
-    calls = await ctx.store.live_calls(band=band)
+    calls = await ctx.store.live_calls(**filters.store_args())
     return render(
         request,
         "calls.html",
         who,
         calls=calls,
-        band=band,
+        band=filters.band,
+        filters=filters,
         page="calls",
         coverage_degraded=await ctx.store.coverage_degraded(),
     )
@@ -139,6 +142,7 @@ async def alerts_page(
 
 @router.get("/calls/{call_id}")
 async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep) -> Response:
+    facts: CallFacts = request.app.state.call_facts
     detail = await ctx.store.call_detail(call_id)
     if detail is None:
         return render(request, "error.html", who, 404, message="No such call.")
@@ -152,6 +156,7 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
         chart=chart.build(detail.timeline, threshold),
         comments=comments,
         evidence=await evidence_view(request, call_id, who),
+        related=[RelatedCall.model_validate(r) for r in await facts.related(call_id)],
         page="calls",
     )
 

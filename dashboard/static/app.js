@@ -106,8 +106,8 @@
       for (const c of calls) {
         const row = document.createElement("tr"); row.dataset.callId = c.call_id;
         const link = document.createElement("a"); link.href = "/calls/" + encodeURIComponent(c.call_id); link.textContent = c.call_id;
-        const values = [badge(c.band), text(c.dimension), c.score == null ? "—" : c.score.toFixed(2), link, c.ani || "—", c.state, String(c.alerts)];
-        values.forEach((v, i) => { const td = document.createElement("td"); if (v instanceof Node) td.append(v); else td.textContent = v; if (i === 2 || i === 6) td.className = "num"; if (i === 4) td.className = "mono"; row.append(td); });
+        const values = [badge(c.band), text(c.dimension), c.score == null ? "—" : c.score.toFixed(2), link, c.ani || "—", c.state, c.queue || "—", c.agent_id || "—", String(c.alerts)];
+        values.forEach((v, i) => { const td = document.createElement("td"); if (v instanceof Node) td.append(v); else td.textContent = v; if (i === 2 || i === 8) td.className = "num"; if (i === 4) td.className = "mono"; row.append(td); });
         rows.push(row);
       }
       callBody.replaceChildren(...rows);

@@ -10,6 +10,7 @@ import redis
 from detectors.alert_schema import (
     Alert,
     Band,
+    CallerIdentityInfo,
     CallEvent,
     Dimension,
     Reason,
@@ -62,21 +63,28 @@ def add_alert(r: redis.Redis, alert: Alert) -> str:
     return entry_id.decode()
 
 
-def start_call(r: redis.Redis, call_id: str = "call-1") -> None:
-    numbers = VAULT.seal(call_id, ANI, DNIS)  # as the bridge seals them
+def start_call(
+    r: redis.Redis,
+    call_id: str = "call-1",
+    at: datetime = T0,
+    ani: str = ANI,
+    identity: CallerIdentityInfo | None = None,
+) -> None:
+    numbers = VAULT.seal(call_id, ani, DNIS)  # as the bridge seals them
     event = CallEvent(
         call_id=call_id,
         event="started",
-        at=T0,
-        external_ids={"twilio_from": ANI, "asterisk_linkedid": "1764504000.42"},
+        at=at,
+        external_ids={"twilio_from": ani, "asterisk_linkedid": "1764504000.42"},
         numbers=numbers,
+        identity=identity,
     )
     payload = event.model_dump_json()
     r.xadd(KEYS.events, {"kind": "call_event", "json": payload})
-    fields = {"state": "started", "at": T0.isoformat(), "json": payload}
+    fields = {"state": "started", "at": at.isoformat(), "json": payload}
     fields |= {"numbers": numbers.sealed, "ani_hash": numbers.ani_hash}
     r.hset(KEYS.call(call_id), mapping=fields)  # type: ignore[arg-type]
-    r.zadd(KEYS.live_calls, {call_id: T0.timestamp()})
+    r.zadd(KEYS.live_calls, {call_id: at.timestamp()})
 
 
 def add_scores(r: redis.Redis, call_id: str = "call-1", n: int = 6) -> None:

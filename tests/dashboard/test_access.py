@@ -29,6 +29,7 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/api/v1/calls", None, "viewer"),
     ("GET", "/api/v1/calls/call-1", None, "viewer"),
     ("GET", "/api/v1/calls/call-1/risk", None, "viewer"),
+    ("GET", "/api/v1/calls/call-1/related", None, "viewer"),
     ("GET", "/api/v1/calls/by-external-id/{system}/{external_id}/risk", None, "viewer"),
     ("POST", "/api/v1/calls/call-1/reveal", {"reason": "callback to customer"}, "analyst"),
     ("PATCH", "/api/v1/calls/call-1", {"queue": "cards"}, "analyst"),
