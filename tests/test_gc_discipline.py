@@ -1,6 +1,7 @@
 """GC discipline: the bridge freezes what is alive after warm-up and raises gen0, and
-undoes both at close; `callshield bench capacity --tick-jitter` reports tick lateness
-and collector passes for each GC regime from one run (tiny fixtures, short phases)."""
+undoes both at close; `callshield bench capacity --tick-jitter --vad-gate` reports tick
+lateness and collector passes for each GC regime from one run, and the Silero gate's
+cost (tiny fixtures, short phases)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_tick_jitter_mode_reports_every_regime(shared_dir: Path) -> None:
         [
             "--tiny",
             "--tick-jitter",
+            "--vad-gate",
             "--start",
             "1",
             "--step-seconds",
@@ -60,3 +62,5 @@ def test_tick_jitter_mode_reports_every_regime(shared_dir: Path) -> None:
         assert mode["tick_lag"]["n"] == 30 and mode["tick_lag"]["unit"] == "ms"
         assert set(mode["gc_passes_per_generation"]) == {0, 1, 2}
         assert mode["gc_pause"]["n"] == sum(mode["gc_passes_per_generation"].values())
+    vad = result["vad_gate"]  # Silero gated the run's windows and its cost is reported
+    assert vad["steps"] > 0 and vad["ms_per_leg_second"] > 0 and vad["mean_legs_per_step"] >= 1

@@ -5,8 +5,9 @@ Each synthetic call has two legs of real speech (the caller talks half the time:
 as G.711 µ-law RTP through one native jitter buffer per leg, pulled every 20 ms on a
 real-time clock and handed to the detector runtime (windowing, micro-batching
 scheduler, fusion) with the fixture models: the AASIST-shaped model (AASIST's front end
-and encoder compute), the embedding model and the energy VAD. Calls are added in steps;
-each step runs ``--step-seconds`` and reports detector queue wait, tick lag (how late
+and encoder compute), the embedding model and the energy VAD (``--vad-gate``: net
+speech also gated by Silero, whose cost is reported). Calls are added in steps; each
+step runs ``--step-seconds`` and reports detector queue wait, tick lag (how late
 each 20 ms tick started), CPU per call and window outcomes. The ramp stops at the
 first step where queue wait p99 > 250 ms, tick lag p99 > 5 ms or any window was
 unavailable; the knee is the last step that passed. In the same run, the AASIST-shaped
@@ -27,6 +28,7 @@ import argparse
 import gc
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -41,6 +43,7 @@ from detectors.contract import WindowResult
 from detectors.onnx_detector import OnnxDetector, probe_providers
 from detectors.runtime import DetectorRuntime, RuntimeConfig
 from detectors.scheduler import LaneConfig
+from detectors.vad.gate import VadGate, gate_from_store
 from native.codec import build_rtp, ulaw_encode
 from native.ingest import PulledFrames
 from native.ingest_types import FRAME_INFO_DTYPE
@@ -76,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="at --start calls, tick lateness with and without the GC freeze (no ramp)",
     )
     parser.add_argument("--jitter-rounds", type=int, default=2)
+    parser.add_argument(
+        "--vad-gate",
+        action="store_true",
+        help="gate net speech with Silero (copied from the silero-vad wheel) and report its cost",
+    )
 
 
 class _Publisher:
@@ -209,6 +217,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         observer=stats.observe,
         on_result=stats.result,
     )
+    gate = _vad_gate(rt) if args.vad_gate else None
     t_warm = time.perf_counter()
     rt.start()
     warm_s = time.perf_counter() - t_warm
@@ -219,6 +228,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             jitter = _tick_jitter(rt, files, stats, args)
         finally:
             rt.close()
+            if gate is not None:
+                gate.close()
             sys.setswitchinterval(old_switch)
         return {
             "benchmark": "capacity-tick-jitter",
@@ -234,6 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             },
             "warm_up_s": warm_s,
             "tick_jitter": jitter,
+            "vad_gate": _gate_cost(gate),
         }
     frozen = freeze_after_warm_up()  # DESIGN §3: as the bridge, after warm-up
     legs: list[_Leg] = []
@@ -264,6 +276,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             target += args.step
     finally:
         rt.close()
+        if gate is not None:
+            gate.close()
         thaw(frozen)
         sys.setswitchinterval(old_switch)
     ratio = _throughput_ratio(detectors[0], args.max_batch, args.workers, 8 if args.tiny else 48)
@@ -290,6 +304,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "steps": steps,
         "alerts": publisher.alerts,
         "batched_vs_unbatched": ratio,
+        "vad_gate": _gate_cost(gate),
     }
 
 
@@ -425,3 +440,31 @@ def _tick_jitter(
             "unavailable_windows": unavailable[mode],
         }
     return out
+
+
+def _vad_gate(rt: DetectorRuntime) -> VadGate:
+    """Silero, copied from the installed silero-vad wheel into a temporary models
+    directory (as ``callshield models install-vad``), gating the runtime's frame bank."""
+    from detectors.vad.install import install_vad
+
+    folder = Path(tempfile.mkdtemp(prefix="callshield-vad-"))
+    install_vad(folder)
+    gate = gate_from_store(folder, rt.config.max_legs, rt.bank.ring_frames)
+    if gate is None:
+        raise RuntimeError(f"Silero VAD not found in {folder} after install")
+    rt.bank.vad = gate
+    return gate
+
+
+def _gate_cost(gate: VadGate | None) -> dict[str, Any] | None:
+    """The VAD gate's ONNX Runtime time: per leg-second of audio and per batched step."""
+    if gate is None or not gate.chunks:
+        return None
+    leg_s = gate.chunks * gate.vad.chunk / gate.vad.sample_rate
+    return {
+        "ms_per_leg_second": 1000 * gate.step_s / leg_s,
+        "ms_per_4s_window": 4000 * gate.step_s / leg_s,
+        "ms_per_batched_step": 1000 * gate.step_s / gate.steps,
+        "mean_legs_per_step": gate.chunks / gate.steps,
+        "steps": gate.steps,
+    }
