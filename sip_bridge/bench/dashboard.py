@@ -11,8 +11,9 @@ and whether the server dropped it as too slow. While the alerts flow, one more c
 times ``GET /api/v1/alerts`` (the queue view's call). The same run first does all of
 this with one live client: the baseline. Goal (issue 8): p99 <= 100 ms with 50 clients.
 
-The clients run in this process's event loop (one core's worth of Python decoding every
-message of every client): on a small machine that is part of what is measured.
+The clients run in this process's event loop: on a small machine that is part of what is
+measured, though profiled (py-spy) 50 clients at 20 alerts/s take about 6 % of a core
+here; the dashboard's loop, shared with the alert list it serves, is what sets the p99.
 """
 
 from __future__ import annotations
