@@ -124,7 +124,19 @@ def clopper_pearson(k: int, n: int, alpha: float = Z_ALPHA) -> tuple[float, floa
         return (0.0, 1.0)
 
     def cdf(p: float, upto: int) -> float:
-        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(upto + 1))
+        if p <= 0.0 or p >= 1.0:
+            return 1.0 if p <= 0.0 else float(upto >= n)
+        lc = math.lgamma(n + 1)
+        return sum(
+            math.exp(
+                lc
+                - math.lgamma(i + 1)
+                - math.lgamma(n - i + 1)
+                + i * math.log(p)
+                + (n - i) * math.log1p(-p)
+            )
+            for i in range(upto + 1)
+        )
 
     lo = 0.0 if k == 0 else _bisect(lambda p: 1 - cdf(p, k - 1) - alpha / 2, increasing=True)
     hi = 1.0 if k == n else _bisect(lambda p: cdf(p, k) - alpha / 2, increasing=False)
@@ -135,7 +147,9 @@ def poisson_upper(k: int, alpha: float = Z_ALPHA) -> float:
     """Exact upper (1 - alpha/2) bound on a Poisson mean after observing k events."""
 
     def cdf(mu: float) -> float:
-        return sum(math.exp(-mu) * mu**i / math.factorial(i) for i in range(k + 1))
+        if mu <= 0.0:
+            return 1.0
+        return sum(math.exp(-mu + i * math.log(mu) - math.lgamma(i + 1)) for i in range(k + 1))
 
     return _bisect(lambda mu: cdf(mu) - alpha / 2, increasing=False, hi=10.0 * k + 20.0)
 

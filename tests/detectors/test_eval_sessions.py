@@ -108,6 +108,10 @@ def test_exact_bounds() -> None:
     assert lo == pytest.approx(0.187086, abs=1e-5) and hi == pytest.approx(0.812914, abs=1e-5)
     assert poisson_upper(0) == pytest.approx(-math.log(0.025), abs=1e-6)
     assert poisson_upper(3) == pytest.approx(8.767273, abs=1e-5)
+    # large counts stay finite (many alerts on a long run): near k + 1.96 sqrt(k)
+    assert 540.0 < poisson_upper(500) < 550.0
+    lo, hi = clopper_pearson(500, 5000)
+    assert 0.0915 < lo < 0.092 and 0.1085 < hi < 0.1090
 
 
 def test_sessions_command_counts_alerts_per_channel(
