@@ -15,7 +15,9 @@ The rules come from the alert policy (``detectors.bus.policy``), resolved once p
 for its scope (tenant, queue, DNIS) and again when the policy changes: ``set_policy``
 is a reference swap (copy-on-write) that any thread may do without the runtime's lock;
 each window reads the policy once, so it is scored under one version, which its alert
-names (``policy_version`` and the ``thresholds`` used). Windows of early media (before
+names (``policy_version`` and the ``thresholds`` used). A dimension no scope of the
+policy names runs at its detector's own calibrated threshold (the model manifest's),
+not at the policy's generic ``default``. Windows of early media (before
 ``mark_early_media``'s offset) are scored and published but never count towards an
 alert, whatever the policy says.
 
@@ -40,7 +42,7 @@ from detectors.alert_schema import (
     alert_id_for,
 )
 from detectors.alert_schema import WindowQuality as WireQuality
-from detectors.bus.policy import DimensionPolicy, Policy, Scope
+from detectors.bus.policy import DimensionPolicy, Policy, Scope, with_model_threshold
 from detectors.contract import WindowResult
 
 _BAND_ORDER = {Band.LOW: 0, Band.ELEVATED: 1, Band.HIGH: 2}
@@ -144,6 +146,10 @@ class Fusion:
         if result.score is None or result.key.end_s <= call.early_until_s:
             return
         pol = call.rules_for(self.policy)[result.dimension]
+        if pol is self.policy.default and 0.0 < result.threshold < 1.0:
+            # no scope names this dimension: the model's own calibrated threshold (its
+            # manifest, chosen on held-out data) beats the policy's generic default
+            pol = call.rules[result.dimension] = with_model_threshold(pol, result.threshold)
         if result.quality.net_speech_s < pol.min_net_speech_s:
             return
         st = call.dims.get(result.dimension)

@@ -108,6 +108,13 @@ def _builtin_dimensions() -> dict[Dimension, DimensionPolicy]:
     }
 
 
+def with_model_threshold(pol: DimensionPolicy, threshold: float) -> DimensionPolicy:
+    """``pol`` with a detector's calibrated threshold: ``high`` halfway from it to 1 (at
+    least the policy's), release recomputed below it."""
+    high = max(pol.high_threshold, round(threshold + (1.0 - threshold) / 2, 3))
+    return pol.model_copy(update={"threshold": threshold, "high_threshold": high, "release": None})
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Where a call belongs: its tenant, queue and DNIS (``None``: not known)."""
@@ -156,6 +163,17 @@ class PolicyBody(_Data):
                 if dimension in tenant.dimensions:
                     return tenant.dimensions[dimension]
         return self.dimensions.get(dimension, self.default)
+
+    def effective(
+        self, dimension: Dimension, scope: Scope | None, model_threshold: float | None
+    ) -> DimensionPolicy:
+        """The rule fusion runs: ``for_dimension``, except that a dimension no scope
+        names takes its detector's calibrated threshold (``model_threshold``, from the
+        model manifest) instead of the policy's generic ``default`` one."""
+        rule = self.for_dimension(dimension, scope)
+        if rule is self.default and model_threshold is not None and 0.0 < model_threshold < 1.0:
+            return with_model_threshold(rule, model_threshold)
+        return rule
 
     def resolve(self, scope: Scope | None = None) -> dict[Dimension, DimensionPolicy]:
         """Every dimension's rule in ``scope`` (what fusion keeps per call)."""

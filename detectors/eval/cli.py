@@ -253,7 +253,7 @@ def evaluate_sessions_cli(args: argparse.Namespace) -> dict[str, Any]:
         ]
         rules = {}
         for i in installed:
-            rule = policy.for_dimension(i.manifest.dimension)
+            rule = policy.effective(i.manifest.dimension, None, i.manifest.threshold_for(None))
             own = rule.model_copy(
                 update={"threshold": i.manifest.threshold_for("pcmu"), "release": None}
             )
@@ -373,7 +373,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         for inst in installed:
             m = inst.manifest
             split = splits[m.name]
-            pol_thr = policy.for_dimension(m.dimension).threshold
+            pol_thr = policy.effective(m.dimension, None, m.threshold_for(None)).threshold
             per_cond = {
                 c: condition_report(
                     items,

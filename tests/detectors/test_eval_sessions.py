@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from detectors.alert_schema import Dimension
 from detectors.bus.policy import DimensionPolicy
 from detectors.eval import sessions
 from detectors.eval.channels import CHANNELS
@@ -140,7 +141,8 @@ def test_sessions_command_counts_alerts_per_channel(
     ModelStore(tmp_path / "m").add_built(data, manifest)
     # threshold 0: every call with two scored windows alerts once (release never comes)
     policy = tmp_path / "policy.json"
-    policy.write_text(Policy(default=DimensionPolicy(threshold=0.0)).model_dump_json())
+    rule = DimensionPolicy(threshold=0.0)  # named: an unnamed one runs at the model threshold
+    policy.write_text(Policy(dimensions={Dimension.SYNTHETIC_VOICE: rule}).model_dump_json())
     short = sessions.render(prompts[5:6], 1.0, 0).unique_s
     argv = ["eval", str(root), "--sessions", "--models-dir", str(tmp_path / "m")]
     argv += ["--minutes", "0.25", "--min-unique-s", str(short + 0.01), "--json"]

@@ -129,3 +129,25 @@ def test_correlation_id_keys_the_alert_and_risk_is_reported() -> None:
     assert a.correlation_id == "siprec-session-1"
     risk = f.risk("c9")
     assert risk.band is Band.HIGH and risk.score == 0.85 and risk.reasons
+
+
+def test_an_unnamed_dimension_runs_at_its_models_calibrated_threshold() -> None:
+    """The shipped policy names no synthetic_voice rule: the model manifest's threshold
+    (chosen on held-out data, here 0.8) applies, not the generic default 0.5; a policy
+    that names the dimension wins over the model."""
+    from dataclasses import replace
+
+    def feed(f: Fusion, scores: list[float]) -> None:
+        for i, s in enumerate(scores):
+            f.on_result(replace(_result(2.0 * i, s), threshold=0.8))
+
+    f, pub = _fusion()
+    feed(f, [0.7, 0.75, 0.7, 0.72])  # over 0.5 but under the model's 0.8
+    assert pub.alerts == []
+    feed(f, [0.85, 0.86])
+    assert [a.threshold for a in pub.alerts] == [0.8]
+    assert pub.alerts[0].band is Band.ELEVATED  # high needs 0.9: halfway to 1
+    named = Policy(dimensions={Dimension.SYNTHETIC_VOICE: DimensionPolicy(threshold=0.6)})
+    f, pub = _fusion(named)
+    feed(f, [0.7, 0.75])
+    assert [a.threshold for a in pub.alerts] == [0.6]
