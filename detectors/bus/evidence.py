@@ -24,10 +24,7 @@ is that clock's zero in UTC, ``call_started_at`` the call's ``started`` event, s
 
 from __future__ import annotations
 
-import base64
 import io
-import os
-import re
 import secrets
 import wave
 from datetime import datetime, timedelta
@@ -41,7 +38,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from detectors.bus.secret_source import resolve_secret
+from detectors.bus.key_file import load_key
 
 _VERSION = b"e1"
 CLIP_RATE = 8000
@@ -170,40 +167,8 @@ class EvidenceVault:
 
 def load_evidence_vault(settings: EvidenceSettings, state_dir: Path) -> EvidenceVault:
     """``settings.key`` (a secret spec), else ``<state_dir>/evidence.key`` created 0600."""
-    if settings.key is not None:
-        text = resolve_secret(settings.key.get_secret_value(), "CALLSHIELD_EVIDENCE_KEY")
-    else:
-        text = _read_or_create(state_dir / "evidence.key")
-    return EvidenceVault(_decode_key(text))
-
-
-def _decode_key(text: str) -> bytes:
-    text = text.strip()
-    if re.fullmatch(r"[0-9a-fA-F]{64}", text):
-        return bytes.fromhex(text)
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except ValueError:
-        raw = b""
-    if len(raw) != 32:
-        raise ValueError("the evidence key must be 32 bytes: 64 hex chars or base64")
-    return raw
-
-
-def _read_or_create(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process created it first: use theirs
-        return path.read_text().strip()
-    key = secrets.token_hex(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
-    return key
+    key = load_key(settings.key, "CALLSHIELD_EVIDENCE_KEY", state_dir / "evidence.key")
+    return EvidenceVault(key)
 
 
 def wav_bytes(pcm16le: bytes, rate: int = CLIP_RATE) -> bytes:

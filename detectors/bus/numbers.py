@@ -17,10 +17,8 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
-from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -28,7 +26,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from detectors.alert_schema import CallNumbers
-from detectors.bus.secret_source import resolve_secret
+from detectors.bus.key_file import load_key
 from detectors.bus.settings import BusSettings
 
 _DIGITS = re.compile(r"[^0-9+*#]")
@@ -81,37 +79,5 @@ class NumberVault:
 def load_vault(settings: BusSettings) -> NumberVault:
     """The deployment's vault: ``numbers_key`` (a secret spec holding 64 hex characters
     or urlsafe base64 of 32 bytes), else ``<state_dir>/numbers.key`` created 0600."""
-    if settings.numbers_key is not None:
-        text = resolve_secret(settings.numbers_key.get_secret_value(), "CALLSHIELD_NUMBERS_KEY")
-        return NumberVault(_decode_key(text))
     path = settings.state_dir / "numbers.key"
-    return NumberVault(_decode_key(_read_or_create(path)))
-
-
-def _decode_key(text: str) -> bytes:
-    text = text.strip()
-    if re.fullmatch(r"[0-9a-fA-F]{64}", text):
-        return bytes.fromhex(text)
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except ValueError:
-        raw = b""
-    if len(raw) != 32:
-        raise ValueError("the numbers key must be 32 bytes: 64 hex chars or base64")
-    return raw
-
-
-def _read_or_create(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_hex(32)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process created it first: use theirs
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
-    return key
+    return NumberVault(load_key(settings.numbers_key, "CALLSHIELD_NUMBERS_KEY", path))
