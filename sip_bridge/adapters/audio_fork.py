@@ -161,10 +161,7 @@ class AudioForkSession(MediaSocketSession):
         handles = self.start_call(setup, legs)
         self.rate, self.channels = rate, len(legs)
         self.max_bytes = rate * 2 * self.channels * self.settings.ws_max_chunk_ms // 1000
-        self.legs = [
-            Packetizer(handles[spec.label], L16_PTS[rate], rate, 2, little_endian=True)
-            for spec in legs
-        ]
+        self.legs = [Packetizer(handles[spec.label], L16_PTS[rate], rate, 2) for spec in legs]
 
     async def on_bytes(self, data: bytes, now: float) -> None:
         if self.call is None:

@@ -70,7 +70,7 @@ CLIENT_TYPES = frozenset(
 ROLES = {"external": LegRole.EXTERNAL, "internal": LegRole.INTERNAL}
 FORMATS = {  # format -> (payload types, payload type, bytes per sample)
     "PCMU": ((PayloadType(0, "PCMU"),), 0, 1),
-    "L16": ((PayloadType(96, "L16", RATE),), 96, 2),
+    "L16": ((PayloadType(96, "L16LE", RATE),), 96, 2),  # little-endian, as sent
 }
 _DURATION = re.compile(r"PT(\d{1,9})(?:\.(\d{1,9}))?S")
 HEADERS = ("audiohook-organization-id", "audiohook-session-id", "audiohook-correlation-id")
@@ -221,11 +221,7 @@ class AudioHookSession(MediaSocketSession):
             for c in media["channels"]
         ]
         handles = self.start_call(setup, specs)
-        little = media["format"] == "L16"
-        self.legs = [
-            Packetizer(handles[c], pt, RATE, self.sample_bytes, little_endian=little)
-            for c in media["channels"]
-        ]
+        self.legs = [Packetizer(handles[c], pt, RATE, self.sample_bytes) for c in media["channels"]]
         frame = self.sample_bytes * len(self.legs)
         self.max_frame = RATE * self.settings.ws_max_chunk_ms // 1000 * frame
         self.state = "active"

@@ -258,7 +258,7 @@ class AudioSocketServer:
                 if len(payload) % 2:
                     raise _ClosedError("bad_size")
                 if packetizer is None:
-                    packetizer = Packetizer(leg.pushed, L16_PTS[rate], rate, 2, little_endian=True)
+                    packetizer = Packetizer(leg.pushed, L16_PTS[rate], rate, 2)
                     pacing = Pacing(rate, self.slack_s)
                 elif packetizer.clock_rate != rate:
                     self.stats.bad["rate_changed"] += 1

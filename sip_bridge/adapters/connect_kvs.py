@@ -213,9 +213,7 @@ class ContactStream:
         if rate not in self.rates or rate not in L16_PTS:
             raise ContactEndedError("bad_media", "unsupported_rate", f"{name} at {rate} Hz")
         label = TRACK_LEGS[name][0]
-        packetizer = Packetizer(
-            self.legs[label], L16_PTS[rate], rate, 2, little_endian=True, ts0=self.ts0
-        )
+        packetizer = Packetizer(self.legs[label], L16_PTS[rate], rate, 2, ts0=self.ts0)
         tolerance = max(1, -(-self._scale * rate // _NS))  # one timecode tick, rounded up
         track = _Track(label, packetizer, rate, tolerance)
         self._tracks[name] = track

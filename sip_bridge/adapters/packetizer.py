@@ -24,8 +24,6 @@ import secrets
 import struct
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from sip_bridge.media import PushedLeg
 
 UNIT_MS = 10
@@ -49,15 +47,14 @@ class Packetizer:
     """One leg's chunks -> pushed packets.
 
     ``payload_type`` must be in the leg's payload-type table; ``sample_bytes`` is 1 for
-    G.711, 2 for L16; ``little_endian`` L16 chunks (AudioSocket, audio_fork) are swapped
-    to network order, which the jitter buffer's L16 decoder expects.
+    G.711, 2 for L16 (little-endian transports use the table's ``L16LE`` codec: the C
+    decoder reads their byte order, nothing is swapped here).
     """
 
     leg: PushedLeg
     payload_type: int
     clock_rate: int = 8000
     sample_bytes: int = 1
-    little_endian: bool = False
     ssrc: int = field(default_factory=lambda: secrets.randbits(32))
     ts0: int = field(default_factory=lambda: secrets.randbits(32))
     stats: PacketizerStats = field(default_factory=PacketizerStats)
@@ -114,8 +111,6 @@ class Packetizer:
         return pushed
 
     def _push(self, body: bytes, offset: int, arrival_ns: int) -> int:
-        if self.little_endian and self.sample_bytes == 2:
-            body = np.frombuffer(body, "<i2").astype(">i2").tobytes()
         seq = offset // self.unit_samples
         rc = self.leg.push_payload(
             self.payload_type, seq, self.ts0 + offset, self.ssrc, body, arrival_ns

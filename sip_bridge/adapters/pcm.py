@@ -1,14 +1,13 @@
-"""Raw linear PCM (L16) legs, for the adapters that carry audio as plain samples with no
-header of their own: Asterisk AudioSocket and FreeSWITCH mod_audio_fork / jambonz
-``listen``.
+"""Raw linear PCM (L16) legs, for the adapters that carry audio as plain little-endian
+samples with no header of their own: Asterisk AudioSocket, FreeSWITCH mod_audio_fork /
+jambonz ``listen`` and Amazon Connect's KVS tracks.
 
-- :func:`native_l16_rates`: which sample rates the native core decodes into an 8 kHz
-  leg. Today only 8000 (the jitter buffer holds one rate and does not resample yet);
-  once resampling lands in native/ the same probe admits 16/24/48 kHz etc. with no
-  change here. A stream at a rate the core refuses is refused by the adapter with a
-  clear error, never fed as garbage.
-- :func:`l16_payload_types`: the payload-type table of such a leg (one L16 entry per
-  rate, plus telephone-event for digits the transport reports as text).
+- :func:`native_l16_rates`: which sample rates the native core decodes (and resamples)
+  into an 8 kHz leg, probed once. A stream at a rate the core refuses is refused by
+  the adapter with a clear error, never fed as garbage.
+- :func:`l16_payload_types`: the payload-type table of such a leg (one L16LE entry per
+  rate: the C decoder reads little-endian samples as they come, no swap in Python;
+  plus telephone-event for digits the transport reports as text).
 - :func:`split_stereo`: interleaved 2-channel L16 -> one byte string per channel.
 - :class:`Pacing`: cuts a client that sends audio much faster than real time (a flood
   would otherwise overrun the jitter buffer and burn CPU for other calls).
@@ -42,7 +41,7 @@ _DTMF = PayloadType(TELEPHONE_EVENT_PT, "telephone-event", OUT_RATE)
 
 
 def _table(rates: tuple[int, ...]) -> tuple[PayloadType, ...]:
-    return (*(PayloadType(L16_PTS[r], "L16", r) for r in rates), _DTMF)
+    return (*(PayloadType(L16_PTS[r], "L16LE", r) for r in rates), _DTMF)
 
 
 @functools.cache

@@ -20,7 +20,7 @@ T0 = 5_000_000_000_000
 TICK = 20_000_000
 FRAME = 160
 PCMU = (PayloadType(0, "PCMU"), PayloadType(101, "telephone-event"))
-L16 = (PayloadType(96, "L16", 8000), PayloadType(101, "telephone-event"))
+L16LE = (PayloadType(96, "L16LE", 8000), PayloadType(101, "telephone-event"))
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +134,8 @@ def test_little_endian_l16_keeps_an_asymmetric_waveform() -> None:
     this ramp (positive-heavy, asymmetric) into noise."""
     ramp = (np.arange(8000 * 2) % 400 * 60 - 4000).astype("<i2")
     with Ingest(8) as ingest:
-        leg = _leg(ingest, L16)
-        p = Packetizer(leg, 96, sample_bytes=2, little_endian=True)
+        leg = _leg(ingest, L16LE)  # the C decoder reads little-endian samples
+        p = Packetizer(leg, 96, sample_bytes=2)
         frames = _feed(ingest, leg_sid(leg), p, _chunks(ramp.tobytes(), 320), 20)
         got = _normal_audio(frames)
         assert got.size >= ramp.size - FRAME
