@@ -17,9 +17,10 @@ is a reference swap (copy-on-write) that any thread may do without the runtime's
 each window reads the policy once, so it is scored under one version, which its alert
 names (``policy_version`` and the ``thresholds`` used). A dimension no scope of the
 policy names runs at its detector's own calibrated threshold (the model manifest's),
-not at the policy's generic ``default``. Windows of early media (before
-``mark_early_media``'s offset) are scored and published but never count towards an
-alert, whatever the policy says.
+not at the policy's generic ``default``. Windows of early media (starting before
+``mark_early_media``'s offset: ``inf`` while the call is not answered, then the answer's
+offset) are scored and published but never count towards an alert, whatever the policy
+says.
 
 Not thread-safe otherwise: ``Fusion`` is called under the runtime's lock.
 """
@@ -85,7 +86,7 @@ class _Call:
     provider: str = ""
     rules: dict[Dimension, DimensionPolicy] = field(default_factory=dict)
     rules_of: Policy | None = None  # the policy ``rules`` were resolved from
-    early_until_s: float = 0.0  # windows ending by then are early media
+    early_until_s: float = 0.0  # windows starting before then are early media
 
     def rules_for(self, policy: Policy) -> dict[Dimension, DimensionPolicy]:
         if self.rules_of is not policy:
@@ -131,10 +132,11 @@ class Fusion:
             call.scope, call.rules_of = scope, None
 
     def mark_early_media(self, call_id: str, until_s: float) -> None:
-        """Audio up to ``until_s`` (seconds from the call's start) was early media."""
+        """Audio before ``until_s`` (seconds of the call's legs) is early media: ``inf``
+        while the call is not answered, then the answer's offset (the latest mark wins)."""
         call = self._calls.get(call_id)
         if call is not None:
-            call.early_until_s = max(call.early_until_s, until_s)
+            call.early_until_s = until_s
 
     def on_result(self, result: WindowResult) -> None:
         call = self._calls.get(result.key.call_id)
@@ -143,7 +145,7 @@ class Fusion:
         call.model_versions[result.detector] = result.model_version
         call.provider = call.provider or result.provider
         self.publisher.publish_score(_score_update(result))
-        if result.score is None or result.key.end_s <= call.early_until_s:
+        if result.score is None or result.key.start_s < call.early_until_s:
             return
         pol = call.rules_for(self.policy)[result.dimension]
         if pol is self.policy.default and 0.0 < result.threshold < 1.0:

@@ -16,6 +16,7 @@ voice_mismatch scores out, the embedding consumed there).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -173,6 +174,21 @@ class DetectorRuntime:
     def set_scope(self, call_id: str, scope: Scope) -> None:
         with self._lock:
             self.fusion.set_scope(call_id, scope)
+
+    def mark_early_media(self, call_id: str) -> None:
+        """The call is not answered yet: its windows are scored but never alert."""
+        with self._lock:
+            self.fusion.mark_early_media(call_id, math.inf)
+
+    def answered(self, call_id: str) -> None:
+        """The call is answered now: windows starting before this point of its legs'
+        media (the leg clocks the windows use) were early media."""
+        with self._lock:
+            until = 0.0
+            for sid in self._streams.get(call_id, []):
+                if sid in self.bank.legs():
+                    until = max(until, self.bank.leg_samples(sid, 1000) / 1000)
+            self.fusion.mark_early_media(call_id, until)
 
     def end_call(self, call_id: str) -> None:
         for sid in self._streams.pop(call_id, []):

@@ -88,6 +88,7 @@ class _CallState:
     unanalyzed: str = ""
     external_ids: dict[str, str] = field(default_factory=dict)
     legs: dict[str, LegRole] = field(default_factory=dict)
+    early: bool = False  # early media until the recorded call is answered
 
 
 @dataclass(slots=True)
@@ -198,6 +199,12 @@ class Analysis:
                 st = self._calls[call.call_id] = _CallState(
                     call.call_id, time.monotonic(), analysed, call.unanalyzed
                 )
+                if analysed and call.early_media:
+                    st.early = True
+                    self.runtime.mark_early_media(call.call_id)
+            elif st.early and not call.early_media:
+                st.early = False
+                self.runtime.answered(call.call_id)
             st.external_ids = dict(call.external_ids)
             st.legs = {leg.leg_id: leg.role for leg in call.legs.values()}
             for leg_id in [k for k, v in self._wanted.items() if v[0] == call.call_id]:

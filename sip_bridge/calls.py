@@ -100,6 +100,7 @@ class Call:
     identity: CallerIdentity | None = None  # numbers inside: bridge memory only
     metadata: RecordingMetadata | None = None  # SIPREC, every update merged in
     caller_participant: str = ""  # SIPREC participant id of the external party
+    early_media: bool = False  # the recorded call is not answered yet (SIPREC metadata)
 
 
 class CallPublisher(Protocol):
@@ -399,6 +400,7 @@ class CallController:
         merged = previous.merged(update) if previous is not None else update
         call.caller_participant = merged.caller_id(call.caller_participant, previous)
         call.metadata = merged
+        call.early_media = merged.early
         call.participants = [(p.aor, p.name) for p in merged.participants]
         if merged.session_ids and call.correlation_id is None:
             call.correlation_id = merged.session_ids[0]

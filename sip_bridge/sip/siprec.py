@@ -22,6 +22,14 @@ sent by participants the update does not name), streams by id, and participants 
 ``participantsessionassoc`` carries a ``disassociate-time`` leave. When the caller
 leaves or stops sending, whoever now sends what the caller sent is the external party
 (the outside leg of a transfer keeps its role).
+
+Early media (issue 10): whether the recorded call is answered yet. RFC 7865 has no
+element for it, so a vendor extension is read wherever it sits (``<extensiondata>``,
+``<session>``, the root; any namespace): an element named ``callstate``/``call-state``/
+``call_state`` whose text is ``early``, ``alerting``, ``ringing``, ``progress`` or
+``proceeding`` says the recorded call is not answered yet; any other text (``answered``,
+``connected``, ``confirmed`` ...) says it is. A partial update without it keeps the
+state; metadata that never says is answered (nothing is early by default).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 MAX_METADATA_BYTES: Final = 65_536
+EARLY_STATES: Final = frozenset({"early", "alerting", "ringing", "progress", "proceeding"})
+_CALL_STATE_NAMES: Final = frozenset({"callstate", "call-state", "call_state"})
 NAMESPACE: Final = "urn:ietf:params:xml:ns:recording:1"
 
 
@@ -88,6 +98,12 @@ class RecordingMetadata:
     streams: list[Stream] = field(default_factory=list)
     associated: set[str] = field(default_factory=set)  # ids whose send/recv it states
     departed: set[str] = field(default_factory=set)  # ids disassociated from the session
+    call_state: str = ""  # the recorded call's state where an extension says ("": unsaid)
+
+    @property
+    def early(self) -> bool:
+        """The recorded call is not answered yet: its media is early media."""
+        return self.call_state in EARLY_STATES
 
     @classmethod
     def parse(cls, data: bytes) -> RecordingMetadata:
@@ -137,6 +153,9 @@ class RecordingMetadata:
         for assoc in _children(root, "participantsessionassoc"):
             if _children(assoc, "disassociate-time"):
                 meta.departed.add(_attr_id(assoc, "participant_id", "id"))
+        for elem in root.iter():
+            if isinstance(elem.tag, str) and _local(elem.tag) in _CALL_STATE_NAMES:
+                meta.call_state = (elem.text or "").strip().lower()[:32]
         return meta
 
     def merged(self, update: RecordingMetadata) -> RecordingMetadata:
@@ -148,6 +167,7 @@ class RecordingMetadata:
             list(self.session_ids),
             [replace(p, send=list(p.send), recv=list(p.recv)) for p in self.participants],
             list(self.streams),
+            call_state=update.call_state or self.call_state,
         )
         by_id = {p.participant_id: p for p in out.participants}
         for new in update.participants:
@@ -242,6 +262,9 @@ class RecordingMetadata:
                 ET.SubElement(assoc, "send").text = sid
             for sid in p.recv:
                 ET.SubElement(assoc, "recv").text = sid
+        if self.call_state:
+            ext = ET.SubElement(root, "extensiondata")
+            ET.SubElement(ext, "callstate").text = self.call_state
         out: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
         return out
 
