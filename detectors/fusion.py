@@ -131,6 +131,15 @@ class Fusion:
         if call is not None and call.scope != scope:
             call.scope, call.rules_of = scope, None
 
+    def set_queue(self, call_id: str, queue: str) -> bool:
+        """A queue claimed mid-call (issue 12): the call's windows from the next one on
+        are scored under that queue's rules (its alerts name them). False: no such call."""
+        call = self._calls.get(call_id)
+        if call is None:
+            return False
+        self.set_scope(call_id, Scope(call.scope.tenant, queue, call.scope.dnis))
+        return True
+
     def mark_early_media(self, call_id: str, until_s: float) -> None:
         """Audio before ``until_s`` (seconds of the call's legs) is early media: ``inf``
         while the call is not answered, then the answer's offset (the latest mark wins)."""

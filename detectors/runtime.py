@@ -175,6 +175,16 @@ class DetectorRuntime:
         with self._lock:
             self.fusion.set_scope(call_id, scope)
 
+    def has_call(self, call_id: str) -> bool:
+        """Whether the call is open and analysed here."""
+        return call_id in self._streams
+
+    def set_queue(self, call_id: str, queue: str) -> bool:
+        """The call's queue, claimed mid-call: its alert policy is that queue's from the
+        next window on. False: the call is not analysed here."""
+        with self._lock:
+            return self.fusion.set_queue(call_id, queue)
+
     def mark_early_media(self, call_id: str) -> None:
         """The call is not answered yet: its windows are scored but never alert."""
         with self._lock:

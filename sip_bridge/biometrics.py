@@ -1,7 +1,8 @@
 """Composition of the speaker biometrics on the bridge: the speaker model's detector,
 its S-norm cohort (``callshield models build-cohort``), the Redis-backed watchlist and
 enrolment cache, the runtime stage that turns embeddings into known_fraudster and
-voice_mismatch scores, and the thread applying mid-call claims.
+voice_mismatch scores, and the target through which mid-call claims reach it
+(``claims``: the bridge's one claims consumer, ``Wiring``, applies them).
 
 Without a speaker model nothing is built. Without its cohort the stage is not built
 either (scores could not be normalised or thresholded per watchlist size): ``mode_gate``
@@ -22,7 +23,7 @@ from detectors.bus.keys import Keys
 from detectors.contract import Detector
 from detectors.manifest import ModelManifest
 from detectors.speaker.biometrics_stage import SpeakerBiometrics
-from detectors.speaker.call_updates import CallUpdates
+from detectors.speaker.call_updates import BiometricsClaims
 from detectors.speaker.cohort import cohort_path, load_cohort
 from detectors.speaker.mode_gate import ModeGate
 from detectors.speaker.settings import BiometricsSettings
@@ -35,14 +36,15 @@ log = logging.getLogger(__name__)
 class Biometrics:
     stage: SpeakerBiometrics
     state: RedisSpeakerState
-    updates: CallUpdates
+
+    @property
+    def claims(self) -> BiometricsClaims:
+        return BiometricsClaims(self.stage)
 
     def start(self) -> None:
         self.state.start()
-        self.updates.start()
 
     def close(self) -> None:
-        self.updates.close()
         self.state.close()
 
 
@@ -108,4 +110,4 @@ def build_biometrics(
         settings.target_false_match,
         cohort.embeddings.shape[0],
     )
-    return Biometrics(stage, state, CallUpdates(client, keys, stage))
+    return Biometrics(stage, state)

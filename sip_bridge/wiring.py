@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from detectors.admission import AdmissionConfig, OverloadPolicy
+from detectors.bus.call_updates import CallUpdates, ClaimTarget
 from detectors.bus.connect import resolve_url, sync_client
 from detectors.bus.coverage_objective import CoverageRule, CoverageTracker, Objective
 from detectors.bus.embedded import EmbeddedRedis, Supervisor
@@ -42,6 +43,7 @@ from detectors.model_store import ModelSettings, ModelStore
 from detectors.replay.detector import ReplayFingerprinter
 from detectors.replay.service import ReplayService, build_replay
 from detectors.runtime import DetectorRuntime, RuntimeConfig
+from detectors.scope_claims import ScopeClaims
 from detectors.speaker.settings import BiometricsSettings
 from detectors.stages import chain
 from detectors.vad.gate import VadGate, gate_from_store
@@ -192,6 +194,12 @@ class Wiring:
         self.policy_watch = PolicyWatcher(
             self.client, Keys(self.bus_settings.key_prefix), self.runtime.set_policy
         )
+        # mid-call claims (PATCH /api/v1/calls/{id}): one consumer of the stream; the
+        # claimed queue re-scopes the call's policy, the claimed account its biometrics
+        claims: list[ClaimTarget] = [ScopeClaims(self.runtime)]
+        if self.biometrics is not None:
+            claims.append(self.biometrics.claims)
+        self.call_updates = CallUpdates(self.client, Keys(self.bus_settings.key_prefix), claims)
         self.evidence = self._evidence(evidence or EvidenceSettings())
         self.analysis: Analysis | None = None
         self.http: StatusServer | None = None
@@ -261,6 +269,7 @@ class Wiring:
         self.bus.start()
         self.liveness.start()
         self.policy_watch.start()  # the stored policy before the first call
+        self.call_updates.start()
         if self.biometrics is not None:
             self.biometrics.start()
         if self.replay is not None:
@@ -294,6 +303,7 @@ class Wiring:
         if self.vad_gate is not None:
             self.vad_gate.close()
         self.policy_watch.close()
+        self.call_updates.close()
         if self.biometrics is not None:
             self.biometrics.close()
         if self.replay is not None:
@@ -370,7 +380,7 @@ class _BridgeCollector(Collector):
         yield GaugeMetricFamily(
             "callshield_calls_live", "Calls live on this bridge", a.live_calls if a else 0
         )
-        pw = self._w.policy_watch.stats
+        pw, cu = self._w.policy_watch.stats, self._w.call_updates.stats
         info = GaugeMetricFamily(
             "callshield_policy_info",
             "The alert policy in force (1, by version)",
@@ -381,6 +391,9 @@ class _BridgeCollector(Collector):
         for name, value, text in (
             ("policy_reloads", pw.reloads, "Alert policies swapped in from Redis"),
             ("policy_rejected", pw.rejected, "Stored alert policies refused (kept the old)"),
+            ("call_updates_applied", cu.applied, "Mid-call claims applied to a call here"),
+            ("call_updates_not_here", cu.not_here, "Mid-call claims for no call here, dropped"),
+            ("call_updates_malformed", cu.malformed, "Mid-call claims that did not parse"),
         ):
             yield CounterMetricFamily(f"callshield_{name}", text, value=value)
 

@@ -44,6 +44,7 @@ from detectors.bus.biometrics import (
     new_id,
 )
 from detectors.bus.biometrics_store import BiometricsStore
+from detectors.bus.call_updates import CallUpdates
 from detectors.bus.keys import Keys
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.redis_server import RedisServer, find_redis_server, free_port
@@ -53,7 +54,7 @@ from detectors.onnx_detector import OnnxDetector
 from detectors.runtime import DetectorRuntime, RuntimeConfig
 from detectors.scheduler import LaneConfig
 from detectors.speaker.biometrics_stage import BiometricsConfig, SpeakerBiometrics
-from detectors.speaker.call_updates import CallUpdates
+from detectors.speaker.call_updates import BiometricsClaims
 from detectors.speaker.scoring import Cohort, aggregate, l2_normalise
 from detectors.speaker.shared_state import EnrolledVoice, RedisSpeakerState, wait_for_version
 
@@ -257,7 +258,7 @@ def test_modes_per_tenant_and_no_embedding_in_redis(
         min_net_speech_s=2.0, default_mode=BiometricsMode.FULL, modes=dict(MODES)
     )
     bio = SpeakerBiometrics(state, config, manifest.name)
-    updates = CallUpdates(client, KEYS, bio, block_ms=50)
+    updates = CallUpdates(client, KEYS, [BiometricsClaims(bio)], block_ms=50)
     speaker = Counting(det)
     bus = BusSettings(redis_url=server.url, state_dir=tmp_path / "outbox", key_prefix=KEYS.prefix)
     publisher = AlertPublisher(redis.Redis.from_url(server.url, socket_timeout=5), bus)

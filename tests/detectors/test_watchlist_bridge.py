@@ -31,6 +31,7 @@ from test_runtime_admission import _drive
 from detectors.alert_schema import Band, Dimension, LegRole
 from detectors.bus.biometrics import BiometricsMode, CallUpdate, Enrolment, WatchlistEntry, new_id
 from detectors.bus.biometrics_store import BiometricsStore
+from detectors.bus.call_updates import CallUpdates
 from detectors.bus.keys import Keys
 from detectors.bus.redis_server import RedisServer, find_redis_server, free_port
 from detectors.contract import BatchOutput, FloatArray, WindowResult
@@ -38,7 +39,7 @@ from detectors.onnx_detector import OnnxDetector
 from detectors.runtime import DetectorRuntime, RuntimeConfig
 from detectors.scheduler import LaneConfig
 from detectors.speaker.biometrics_stage import BiometricsConfig, SpeakerBiometrics
-from detectors.speaker.call_updates import CallUpdates
+from detectors.speaker.call_updates import BiometricsClaims
 from detectors.speaker.cohort import cohort_path, in_cohort, load_cohort
 from detectors.speaker.shared_state import RedisSpeakerState, wait_for_version
 from detectors.speaker.watchlist_cli import voiceprint
@@ -191,7 +192,7 @@ def test_fraudster_matched_claim_scored_internal_leg_never_embedded(
     bio = SpeakerBiometrics(
         state, BiometricsConfig(min_net_speech_s=4.0, default_mode=BiometricsMode.FULL)
     )
-    updates = CallUpdates(client, KEYS, bio, block_ms=50)
+    updates = CallUpdates(client, KEYS, [BiometricsClaims(bio)], block_ms=50)
     speaker = Counting(OnnxDetector(inst.manifest, inst.model_path))
     pub = Publisher()
     seen: list[WindowResult] = []
