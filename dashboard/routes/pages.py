@@ -157,6 +157,7 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
         comments=comments,
         evidence=await evidence_view(request, call_id, who),
         related=[RelatedCall.model_validate(r) for r in await facts.related(call_id)],
+        two_person=ctx.settings.watchlist_two_person,
         page="calls",
     )
 

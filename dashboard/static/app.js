@@ -148,6 +148,26 @@
       location.reload();
     } catch (e) { status.textContent = e.message; }
   });
+  // enrol the caller of a flagged call (call page): the call's kept speaker embedding
+  const enrolCall = document.getElementById("enrol-call");
+  if (enrolCall) enrolCall.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const status = document.getElementById("enrol-status");
+    status.className = ""; status.textContent = "";
+    try {
+      const tenant = enrolCall.dataset.tenant;
+      const entry = await post("/api/v1/watchlist", {
+        tenant: tenant, call_id: enrolCall.dataset.callId, label: field(enrolCall, "label").value,
+        legal_basis: field(enrolCall, "legal_basis").value, case_ref: field(enrolCall, "case_ref").value,
+        expires_in_days: Number(field(enrolCall, "expires_in_days").value),
+      });
+      const link = document.createElement("a");
+      link.href = "/watchlist?tenant=" + encodeURIComponent(tenant); link.textContent = entry.entry_id;
+      link.dataset.entryId = entry.entry_id;
+      status.append("Enrolled as ", link, entry.status === "pending" ? " (pending: another analyst approves it)" : " (active)");
+      enrolCall.querySelector('button[type="submit"]').disabled = true;
+    } catch (e) { status.className = "error"; status.textContent = e.message; }
+  });
   const wlTable = document.getElementById("watchlist");
   if (wlTable) wlTable.addEventListener("click", async (ev) => {
     const review = ev.target.closest("button[data-approve], button[data-reject]");
