@@ -33,6 +33,7 @@ set -euo pipefail
 #   libssl-dev:   libcrypto (AES-CTR/GCM, SHA-1) for SRTP on SDES-keyed SIP legs; Debian's
 #                 libsrtp2 allocates per packet (native/src/srtp_rx.h says why)
 #   tcpdump:      real loopback captures that `callshield replay` reads back
+#   shellcheck:   the Terraform launch template's user data, rendered, is shellchecked
 APT_PACKAGES=(
     clang
     libfuzzer-14-dev
@@ -53,6 +54,7 @@ APT_PACKAGES=(
     libopus-dev
     libssl-dev
     tcpdump
+    shellcheck
 )
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
