@@ -73,6 +73,19 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--speech-dir", type=Path, help="default: $CALLSHIELD_SHARED/data/speech")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a tiny build, for tests")
+    p.add_argument(
+        "--hold-out-family",
+        metavar="NAME",
+        help="keep this spoof family (espeak, flite, festival, piper, world, griffinlim, lpc) "
+        "out of training and dev and report its EER; everything goes to WORK/lofo-NAME/, "
+        "never over the installed model",
+    )
+    p.add_argument(
+        "--lofo",
+        action="store_true",
+        help="leave-one-spoof-family-out: one build per family held out, then the EER table "
+        "(a full training each; with --quick the small test budget)",
+    )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
@@ -168,7 +181,15 @@ def run(args: argparse.Namespace) -> int:
     if args.verb == "train-synthetic":
         from detectors.synthetic.build import run_cli as train_synthetic
 
-        return train_synthetic(args.out or root, args.work, args.speech_dir, args.seed, args.quick)
+        return train_synthetic(
+            args.out or root,
+            args.work,
+            args.speech_dir,
+            args.seed,
+            args.quick,
+            args.hold_out_family,
+            args.lofo,
+        )
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad
 

@@ -11,6 +11,10 @@ from the shared speech corpus, end to end, offline:
     -> the test split laid out for ``callshield eval`` (bona fide test speakers, test
     spoofs, and the unseen generator gemini_tts_es_mx).
 
+``hold_out`` (``--hold-out-family``): one spoof family kept out of training and dev and
+reported on its own (``detectors.synthetic.lofo``); everything such a build writes but
+the spoof cache goes to ``WORK/lofo-<family>/`` (its model to a store there).
+
 torch, librosa, pyworld and the piper voice (the ``convert`` extra) are imported inside
 functions; nothing here runs at run time, and no weight file is part of the repository.
 """
@@ -35,7 +39,7 @@ from detectors.alert_schema import Dimension, LegRole
 from detectors.eval.metrics import eer
 from detectors.manifest import InputSpec, ModelManifest, OutputSpec
 from detectors.model_store import Installed, ModelStore
-from detectors.synthetic import channel, corpus, dataset, generators, train
+from detectors.synthetic import channel, corpus, dataset, generators, lofo, train
 from detectors.synthetic.dataset import Budget, Clip
 from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 
@@ -239,6 +243,7 @@ def build(
     quick: bool,
     cfg: TrainConfig | None = None,
     progress: Any = None,
+    hold_out: str | None = None,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     started = time.monotonic()
@@ -251,6 +256,12 @@ def build(
     jobs = dataset.plan(utts, work / f"gen-{tag}", seed, budget, systems)
     failures = dataset.generate(jobs, progress=say)
     all_clips = dataset.clips(utts, jobs, seed)
+    held: list[Clip] = []
+    if hold_out is not None:  # its own work folder: no cache of a build that saw it
+        all_clips, held = lofo.split(all_clips, hold_out)
+        work = lofo.work_dir(work, hold_out)
+        work.mkdir(parents=True, exist_ok=True)
+        say(f"holding out {hold_out}: {sum(c.label for c in held)} spoof clips")
     parts = {p: [c for c in all_clips if c.part == p] for p in corpus.PARTS}
     for p in ("train", "dev"):
         if not {c.label for c in parts[p]} >= {0, 1}:
@@ -276,12 +287,21 @@ def build(
     if not diff <= TOLERANCE:
         raise BuildError(f"ONNX output differs from torch by {diff:.3g} > {TOLERANCE}")
     dev, thresholds = dev_report(session, parts["dev"], audio["dev"], seed)
+    held_out = None
+    if hold_out is not None:
+        say(f"scoring the held-out {hold_out} clips")
+        held_out = lofo.report(
+            _scorer(session), hold_out, held, lofo.load(held), thresholds, DEV_CONDITIONS, seed
+        )
     train_bona = sorted({c.speaker for c in parts["train"] if c.label == 0})
     used = [u for u in utts if u.label == "bonafide" and u.speaker in set(train_bona)]
     version = f"{VERSION}{'-quick' if quick else ''}+s{seed}"
+    version += f".lofo-{hold_out}" if hold_out else ""
     families = sorted({c.system for c in parts["train"] if c.label == 1})
     provenance = (
-        f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}) "
+        f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}"
+        + (f", {hold_out} held out" if hold_out else "")
+        + ") "
         f"on the shared speech corpus: {len(train_bona)} bona fide training speakers, "
         f"{sum(c.label == 0 for c in parts['train'])} files; spoof systems {', '.join(families)}; "
         f"{cfg.windows} telephone-channel windows, {cfg.epochs} epochs; ONNX opset {OPSET}, "
@@ -319,6 +339,8 @@ def build(
         "testset": str(testset),
         "total_seconds": round(time.monotonic() - started, 1),
     }
+    if held_out is not None:
+        report["held_out"] = held_out
     (work / f"report-s{seed}{'-quick' if quick else ''}.json").write_text(
         json.dumps(report, indent=2) + "\n", encoding="utf-8"
     )
@@ -326,7 +348,13 @@ def build(
 
 
 def run_cli(
-    out_dir: Path, work: Path | None, speech_dir: Path | None, seed: int, quick: bool
+    out_dir: Path,
+    work: Path | None,
+    speech_dir: Path | None,
+    seed: int,
+    quick: bool,
+    hold_out: str | None = None,
+    lofo_all: bool = False,
 ) -> int:
     from detectors.aasist.importer import torch_available
 
@@ -338,10 +366,15 @@ def run_cli(
     work = work or default_work_dir()
     speech_dir = speech_dir or default_speech_dir()
     work.mkdir(parents=True, exist_ok=True)
+    if lofo_all:
+        return run_lofo(work, speech_dir, seed, quick)
+    if hold_out is not None:  # never over the shipped model
+        out_dir = lofo.work_dir(work, hold_out) / "models"
     try:
         result = build(
             out_dir, work, speech_dir, seed, quick,
             progress=lambda m: print(m, file=sys.stderr, flush=True),
+            hold_out=hold_out,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:
@@ -355,9 +388,42 @@ def run_cli(
             f"FA {r['false_alarm']}  miss {r['miss']}  by family {r['eer_by_family']}"
         )
     print(f"  thresholds {report['thresholds']}")
+    if "held_out" in report:
+        for cond in DEV_CONDITIONS:
+            print(lofo.format_table([report["held_out"]], cond))
     print(f"  test split laid out in {report['testset']}; measure it with:")
     print(
         f"  callshield eval {report['testset']} --models-dir {out_dir} "
         f"--detector {NAME} --by-family"
     )
+    return 0
+
+
+def run_lofo(work: Path, speech_dir: Path, seed: int, quick: bool) -> int:
+    """One build per spoof family with that family held out; the table per condition."""
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    systems = [s for s in generators.SYSTEMS if not quick or s.id in QUICK_SYSTEMS]
+    rows = []
+    for family in sorted({s.family for s in systems}):
+        say(f"== holding out {family}")
+        try:
+            result = build(
+                lofo.work_dir(work, family) / "models", work, speech_dir, seed, quick,
+                progress=say, hold_out=family,
+            )  # fmt: skip
+        except (BuildError, ValueError) as exc:
+            print(f"  {family}: not built ({exc})")
+            continue
+        rows.append(result.report["held_out"])
+    if not rows:
+        print("error: no family could be held out")
+        return 1
+    for cond in DEV_CONDITIONS:
+        print(lofo.format_table(rows, cond))
+    out = work / f"lofo-s{seed}{'-quick' if quick else ''}.json"
+    out.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    print(f"rows: {out}")
     return 0
