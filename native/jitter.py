@@ -188,7 +188,8 @@ class JitterBuffer:
             raise ValueError(
                 "jitter buffer: invalid configuration (out_rate a multiple of 400 Hz up to "
                 "48000, and one libopus decodes to if Opus is listed; L16 clocks multiples of "
-                "400 Hz; PCMU/PCMA/G722 clock 8000, Opus 48000; min_delay <= max_delay)"
+                "400 Hz or 44100 to an 8 or 16 kHz leg; PCMU/PCMA/G722 clock 8000, Opus 48000; "
+                "min_delay <= max_delay)"
             )
         self._jb: Any = ffi.gc(handle, lib.cs_jb_free)
         self.samples_per_frame = int(lib.cs_jb_samples_per_frame(self._jb))

@@ -141,6 +141,10 @@ static void anchor(cs_jb *jb, uint32_t ts, uint32_t clock_rate) {
         int64_t want = jb->play_pos + (int64_t)cs_jb_target_units(jb);
         if (want > base) base = want;
     }
+    /* the domain starts on a group boundary (44.1 kHz: every 4th unit; a re-anchor
+     * then leaves up to 3 units, 7.5 ms, unfilled between the domains) */
+    int64_t g = (int64_t)cs_jb_group(clock_rate);
+    base = (base + g - 1) / g * g;
     jb->clock_rate = clock_rate;
     jb->tpu = clock_rate / CS_UNITS_PER_SECOND;
     jb->last_ts32 = ts;
@@ -166,12 +170,14 @@ static int64_t unwrap_ts(cs_jb *jb, uint32_t ts, int update) {
     return ext;
 }
 
+/* Rounded to the nearest unit (44.1 kHz: group of four units, 441 ticks). */
 static int64_t pos_of(cs_jb *jb, int64_t ts_ext, int *misaligned) {
     int64_t d = ts_ext - jb->anchor_ts;
-    int64_t tpu = (int64_t)jb->tpu;
-    int64_t q = d >= 0 ? (d + tpu / 2) / tpu : -((-d + tpu / 2) / tpu);
-    *misaligned = (q * tpu != d);
-    return jb->pos_base + q;
+    int64_t g = (int64_t)cs_jb_group(jb->clock_rate);
+    int64_t per = (int64_t)jb->clock_rate * g / CS_UNITS_PER_SECOND; /* ticks per group */
+    int64_t q = d >= 0 ? (d + per / 2) / per : -((-d + per / 2) / per);
+    *misaligned = (q * per != d);
+    return jb->pos_base + q * g;
 }
 
 static void rfc3550_jitter(cs_jb *jb, int64_t now_ns, int64_t ts_ext) {
@@ -196,6 +202,12 @@ static int64_t payload_units(const cs_jb *jb, const cs_pt_entry *pe, const cs_rt
     if (pe->codec == CS_CODEC_OPUS) {
         n = cs_opus_packet_units(h->payload, h->payload_len);
         if (n > 0 && h->payload_len > (uint64_t)n * CS_OPUS_BYTES_PER_UNIT) n = -1;
+    } else if (pe->clock_rate % CS_UNITS_PER_SECOND) { /* 44.1 kHz L16: whole groups */
+        uint32_t bps = bpu / ((pe->clock_rate + CS_UNITS_PER_SECOND - 1) / CS_UNITS_PER_SECOND);
+        uint64_t ticks = h->payload_len / bps;
+        n = h->payload_len % bps == 0 && ticks * CS_UNITS_PER_SECOND % pe->clock_rate == 0
+                ? (int64_t)(ticks * CS_UNITS_PER_SECOND / pe->clock_rate)
+                : -1;
     } else {
         n = h->payload_len && h->payload_len % bpu == 0 ? (int64_t)(h->payload_len / bpu) : -1;
     }
@@ -302,7 +314,11 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
         written = store_packet(jb, h, idx, pos, first, end, now);
         n_new = 0; /* skips the per-unit copy below */
     }
-    int bulk = !packet && bpu == jb->stride && first_slot + n_new <= jb->cap;
+    /* 44.1 kHz: units of 110 or 111 ticks, each copied on its own */
+    const uint32_t clk = pe->clock_rate, frac = clk % CS_UNITS_PER_SECOND != 0;
+    const uint32_t bps = frac ? bpu / ((clk + CS_UNITS_PER_SECOND - 1) / CS_UNITS_PER_SECOND) : 0;
+    const int64_t tick0 = cs_jb_tick(pos, clk);
+    int bulk = !packet && !frac && bpu == jb->stride && first_slot + n_new <= jb->cap;
     if (bulk) { /* common case: one copy when the slots are back to back and all free */
         for (uint64_t i = 0; i < n_new; i++) bulk &= !jb->slot_state[first_slot + i];
         if (bulk)
@@ -312,11 +328,15 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
     for (int64_t u = first; u < first + (int64_t)n_new; u++) {
         uint64_t slot = (uint64_t)u & jb->mask;
         if (jb->slot_state[slot]) continue; /* overlap with audio we already hold */
-        if (!bulk)
+        int64_t tick = cs_jb_tick(u, clk) - tick0;
+        if (frac)
+            memcpy(jb->slot_bytes + slot * jb->stride, h->payload + (uint64_t)tick * bps,
+                   (size_t)(cs_jb_tick(u + 1, clk) - tick0 - tick) * bps);
+        else if (!bulk)
             memcpy(jb->slot_bytes + slot * jb->stride, h->payload + (u - pos) * bpu, bpu);
         jb->slot_state[slot] = (uint8_t)((idx + 1) | start_flag);
         jb->slot_arrival[slot] = now;
-        jb->slot_ts[slot] = h->ts + (uint32_t)((u - pos) * jb->tpu);
+        jb->slot_ts[slot] = h->ts + (uint32_t)tick;
         start_flag = 0;
         written++;
     }

@@ -17,7 +17,8 @@ int cs_jb_is_audio(uint8_t codec) {
 }
 
 uint32_t cs_jb_bytes_per_unit(const cs_pt_entry *pe) {
-    uint32_t ticks = pe->clock_rate / CS_UNITS_PER_SECOND;
+    /* the most a unit holds: 111 ticks at 44.1 kHz */
+    uint32_t ticks = (pe->clock_rate + CS_UNITS_PER_SECOND - 1) / CS_UNITS_PER_SECOND;
     switch (pe->codec) {
     case CS_CODEC_PCMU:
     case CS_CODEC_PCMA:
@@ -52,8 +53,11 @@ int cs_jb_check_pt(const cs_pt_entry *pe, uint32_t out_rate) {
     if (pe->pt > 127 || pe->clock_rate == 0) return -1;
     if (!cs_jb_is_audio(pe->codec))
         return pe->codec == CS_CODEC_CN || pe->codec == CS_CODEC_TELEPHONE_EVENT ? 0 : -1;
-    if (pe->clock_rate % CS_UNITS_PER_SECOND ||
-        pe->clock_rate / CS_UNITS_PER_SECOND > CS_MAX_SAMPLES_PER_UNIT)
+    int l16 = pe->codec == CS_CODEC_L16 || pe->codec == CS_CODEC_L16LE;
+    /* 2.5 ms units of whole ticks; L16 at 44.1 kHz in groups of four (cs_jb_group) */
+    if ((pe->clock_rate % CS_UNITS_PER_SECOND && !(l16 && pe->clock_rate == 44100)) ||
+        (pe->clock_rate + CS_UNITS_PER_SECOND - 1) / CS_UNITS_PER_SECOND >
+            CS_MAX_SAMPLES_PER_UNIT)
         return -1;
     if (pe->channels > 2) return -1;
     switch (pe->codec) {

@@ -28,11 +28,10 @@ static void l16_decode(const uint8_t *src, int16_t *out, uint32_t n, int channel
     }
 }
 
-/* Decode `units` units whose bytes are contiguous at src, at the codec's own rate.
- * Returns the samples written. */
+/* Decode `ticks` RTP ticks of units whose bytes are contiguous at src, at the codec's
+ * own rate. Returns the samples written. */
 static uint32_t decode_fixed(cs_jb *jb, const cs_pt_entry *pe, const uint8_t *src,
-                             uint32_t units, int16_t *out) {
-    uint32_t ticks = pe->clock_rate / CS_UNITS_PER_SECOND * units;
+                             uint32_t ticks, int16_t *out) {
     switch (pe->codec) {
     case CS_CODEC_PCMU:
         cs_ulaw_decode(src, out, ticks);
@@ -53,8 +52,10 @@ static uint32_t decode_fixed(cs_jb *jb, const cs_pt_entry *pe, const uint8_t *sr
     }
 }
 
-/* A discontinuity: start the payload type's decoder and the resampler afresh. */
-static void restart(cs_jb *jb, int idx) {
+/* A discontinuity at unit u: start the payload type's decoder and the resampler afresh,
+ * the resampler's outputs on the grid of the unit's timestamp domain (at 44.1 kHz a
+ * unit of 110 or 111 samples still gives exactly out_rate / 400 of them). */
+static void restart(cs_jb *jb, int idx, int64_t u) {
     const cs_pt_entry *pe = &jb->cfg.pts[idx];
     uint32_t rate = cs_jb_decoded_rate(pe, jb->cfg.out_rate);
     int stateful = pe->codec == CS_CODEC_G722 || rate != jb->cfg.out_rate;
@@ -64,9 +65,8 @@ static void restart(cs_jb *jb, int idx) {
         if (jb->rs_in_rate != rate) {
             cs_resampler_init(jb->rs, rate, jb->cfg.out_rate); /* checked in cs_jb_new */
             jb->rs_in_rate = rate;
-        } else {
-            cs_resampler_reset(jb->rs);
         }
+        cs_resampler_restart_at(jb->rs, (uint64_t)cs_jb_tick(u, rate));
     }
 }
 
@@ -79,24 +79,28 @@ uint32_t cs_jb_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok)
     uint32_t run = 1;
     while (run < max && (jb->slot_state[(uint64_t)(u + run) & jb->mask] & CS_SLOT_PT_MASK) == pti)
         run++;
-    if (u != jb->dec_pos || idx != jb->dec_idx) restart(jb, idx);
+    if (u != jb->dec_pos || idx != jb->dec_idx) restart(jb, idx, u);
     const uint32_t spu = jb->spu, bpu = cs_jb_bytes_per_unit(pe);
     const int direct = cs_jb_decoded_rate(pe, jb->cfg.out_rate) == jb->cfg.out_rate;
+    const int frac = pe->clock_rate % CS_UNITS_PER_SECOND != 0; /* 44.1 kHz: unit by unit */
     int16_t native[MAX_RUN_SAMPLES], resampled[MAX_RUN_SAMPLES + 1];
     uint32_t done = 0;
     while (done < run) {
         uint64_t slot = (uint64_t)(u + done) & jb->mask;
         uint32_t chunk = 1;
-        if (bpu == jb->stride) { /* bytes of consecutive slots are back to back */
+        if (bpu == jb->stride && !frac) { /* bytes of consecutive slots are back to back */
             chunk = run - done;
             if (slot + chunk > jb->cap) chunk = (uint32_t)(jb->cap - slot);
         }
         const uint8_t *src = jb->slot_bytes + slot * jb->stride;
         int16_t *dst = out + done * spu;
+        int64_t at = u + (int64_t)done;
+        uint32_t ticks =
+            (uint32_t)(cs_jb_tick(at + chunk, pe->clock_rate) - cs_jb_tick(at, pe->clock_rate));
         if (direct) {
-            decode_fixed(jb, pe, src, chunk, dst);
+            decode_fixed(jb, pe, src, ticks, dst);
         } else {
-            uint32_t n = decode_fixed(jb, pe, src, chunk, native);
+            uint32_t n = decode_fixed(jb, pe, src, ticks, native);
             uint32_t m = cs_resampler_process(jb->rs, native, n, resampled);
             /* whole units in, whole units out: m == chunk * spu by construction */
             if (m < chunk * spu) memset(resampled + m, 0, (chunk * spu - m) * sizeof *dst);

@@ -40,7 +40,7 @@ struct cs_jb {
     int anchored;
     int reanchor;              /* next audio packet starts a new domain */
     uint32_t clock_rate;
-    uint32_t tpu;              /* RTP ticks per unit */
+    uint32_t tpu;              /* RTP ticks per unit (Opus; 44.1 kHz: see cs_jb_tick) */
     uint32_t last_ts32;
     int64_t ts_high;
     int64_t anchor_ts;
@@ -109,6 +109,27 @@ cs_jb_opus *cs_jb_opus_init(void *mem, uint32_t out_rate, uint32_t spu);
 /* cs_jb_decode and cs_jb_conceal for Opus units. */
 uint32_t cs_jb_opus_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok);
 int cs_jb_opus_conceal(cs_jb *jb, int64_t u, uint32_t max, int16_t *out);
+
+/* RTP ticks from position 0 to the start of unit u at clock_rate (floor). At 44.1 kHz a
+ * 2.5 ms unit holds 110 or 111 ticks (110, 110, 110, 111 from a multiple of
+ * cs_jb_group's units); a timestamp domain's first position is such a multiple, so the
+ * ticks between two of its units are the difference of their cs_jb_tick. */
+static inline int64_t cs_jb_tick(int64_t u, uint32_t clock_rate) {
+    int64_t x = u * (int64_t)clock_rate;
+    return x >= 0 ? x / CS_UNITS_PER_SECOND
+                  : -((-x + CS_UNITS_PER_SECOND - 1) / CS_UNITS_PER_SECOND);
+}
+
+/* Units in the shortest run holding a whole number of ticks: 1, or 4 at 44.1 kHz. */
+static inline uint32_t cs_jb_group(uint32_t clock_rate) {
+    uint32_t a = clock_rate, b = CS_UNITS_PER_SECOND;
+    while (b) {
+        uint32_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a ? CS_UNITS_PER_SECOND / a : 1;
+}
 
 static inline uint32_t cs_jb_target_units(const cs_jb *jb) {
     return jb->delay.target_ms * CS_UNITS_PER_SECOND / 1000u;

@@ -89,7 +89,9 @@ static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
         int ok = 1;
         uint32_t run = cs_jb_decode(jb, u, CS_UNITS_PER_FRAME - k, pcm + k * spu, &ok);
         if (!info->has_rtp_ts) {
-            info->rtp_ts = jb->slot_ts[slot] - k * jb->tpu;
+            uint32_t clk = jb->cfg.pts[(jb->slot_state[slot] & CS_SLOT_PT_MASK) - 1].clock_rate;
+            info->rtp_ts = jb->slot_ts[slot] - (uint32_t)(cs_jb_tick(u, clk) -
+                                                          cs_jb_tick(u - (int64_t)k, clk));
             info->has_rtp_ts = 1;
         }
         for (uint32_t r = 0; r < run; r++) {

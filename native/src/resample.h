@@ -1,4 +1,5 @@
-/* Polyphase FIR sample-rate converter for rational ratios (8k <-> 16k, 48k -> 8k, ...).
+/* Polyphase FIR sample-rate converter for rational ratios (8k <-> 16k, 48k -> 8k,
+ * 44.1k -> 8k/16k, ...).
  *
  * One Kaiser-windowed sinc prototype per (in, out) pair, split into L branches of K taps
  * (L/M = out/in reduced). The passband is flat to 0.425 of the lower rate (3.4 kHz when
@@ -19,7 +20,9 @@
 typedef struct cs_resampler cs_resampler;
 
 /* 1 if in_rate -> out_rate is supported: both in 1..192000 and the reduced ratio L/M
- * with L, M <= 8 (every pair of 8, 12, 16, 24, 32 and 48 kHz qualifies). */
+ * with L, M <= 8 (every pair of 8, 12, 16, 24, 32 and 48 kHz qualifies), or 44.1 kHz
+ * down to 8 or 16 kHz (80/441, 160/441: their branch tables, 85 KB each, are built once
+ * per process on first use and shared by every stream). */
 int cs_resampler_supported(uint32_t in_rate, uint32_t out_rate);
 cs_resampler *cs_resampler_new(uint32_t in_rate, uint32_t out_rate);
 void cs_resampler_free(cs_resampler *rs);
@@ -48,11 +51,18 @@ struct cs_resampler {
     uint32_t K;            /* taps per branch */
     uint32_t t;            /* next output's position in prototype samples, relative to
                               the start of the next input block; always < M */
+    const float *shared;   /* the branches of a 44.1 kHz ratio (built once, shared);
+                              NULL: they are in poly */
     float poly[CS_RS_MAX_POLY];              /* branch p: poly[p*K .. p*K+K), time-reversed */
     float buf[CS_RS_MAX_PROTO + CS_RS_BLOCK]; /* K-1 samples of history, then the block */
 };
 
 /* Initialise caller-owned state; returns 0, or -1 if the ratio is unsupported. */
 int cs_resampler_init(cs_resampler *rs, uint32_t in_rate, uint32_t out_rate);
+/* Reset (as cs_resampler_reset), the next input being sample in_pos of a stream whose
+ * output sample j sits at input time j * in_rate / out_rate: the outputs then fall on
+ * the same grid as if the whole stream had been converted from its sample 0 (a restart
+ * inside a 44.1 kHz stream keeps exactly 80 outputs per 441 inputs from any unit). */
+void cs_resampler_restart_at(cs_resampler *rs, uint64_t in_pos);
 
 #endif

@@ -152,12 +152,13 @@ static int16_t tone_sample(uint32_t rate, uint32_t i) {
     return (int16_t)lrint(9000.0 * sin(2 * M_PI * 440.0 * t) + 3000.0 * sin(2 * M_PI * 1900.0 * t));
 }
 
-/* L16 at 8..48 kHz, mono and stereo, both byte orders, to 8 and 16 kHz legs: exactly the
- * resampler's output for the whole stream (or the samples themselves at equal rates). */
+/* L16 at 8..48 kHz and 44.1 kHz, mono and stereo, both byte orders, to 8 and 16 kHz
+ * legs: exactly the resampler's output for the whole stream (or the samples themselves
+ * at equal rates). */
 static void test_codecs_l16_rates_and_orders(void) {
-    const uint32_t rates[] = {8000, 16000, 24000, 32000, 48000};
+    const uint32_t rates[] = {8000, 16000, 24000, 32000, 44100, 48000};
     const uint32_t outs[] = {8000, 16000};
-    for (size_t r = 0; r < 5; r++)
+    for (size_t r = 0; r < 6; r++)
         for (size_t o = 0; o < 2; o++)
             for (int variant = 0; variant < 3; variant++) { /* BE mono, LE mono, BE stereo */
                 uint32_t rate = rates[r], out_rate = outs[o];
@@ -215,7 +216,9 @@ static void test_codecs_reject_bad_tables(void) {
     CHECK(jb_for(CS_CODEC_G722, 16000, 1, 16000, 0) == NULL); /* G.722's RTP clock is 8000 */
     CHECK(jb_for(CS_CODEC_OPUS, 8000, 2, 8000, 0) == NULL);   /* Opus's is 48000 */
     CHECK(jb_for(CS_CODEC_OPUS, 48000, 2, 32000, 0) == NULL); /* libopus has no 32 kHz */
-    CHECK(jb_for(CS_CODEC_L16, 44100, 1, 8000, 0) == NULL);   /* not on the 2.5 ms grid */
+    CHECK(jb_for(CS_CODEC_L16, 22050, 1, 8000, 0) == NULL);   /* not on the 2.5 ms grid */
+    CHECK(jb_for(CS_CODEC_PCMU, 44100, 1, 8000, 0) == NULL);  /* 44.1 kHz: L16 only */
+    CHECK(jb_for(CS_CODEC_L16, 44100, 1, 48000, 0) == NULL);  /* no 147/160 resampler */
     CHECK(jb_for(CS_CODEC_L16, 16000, 3, 8000, 0) == NULL);
     cs_jb *jb = jb_for(CS_CODEC_L16, 48000, 2, 8000, 0);
     CHECK(jb != NULL);

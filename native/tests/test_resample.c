@@ -11,6 +11,7 @@
 static const uint32_t PAIRS[][2] = {
     {8000, 16000}, {16000, 8000}, {48000, 8000}, {48000, 16000}, {8000, 48000},
     {24000, 16000}, {32000, 8000}, {32000, 16000}, {12000, 16000}, {16000, 48000},
+    {44100, 8000},  {44100, 16000},
 };
 #define N_PAIRS (sizeof PAIRS / sizeof PAIRS[0])
 
@@ -25,9 +26,47 @@ static void test_resample_supported(void) {
     CHECK(cs_resampler_supported(8000, 16000));
     CHECK(cs_resampler_supported(48000, 8000));
     CHECK(cs_resampler_supported(16000, 16000));
-    CHECK(!cs_resampler_supported(44100, 16000)); /* 441/160 */
+    CHECK(cs_resampler_supported(44100, 16000)); /* 160/441: a shared table */
+    CHECK(cs_resampler_supported(44100, 8000));
+    CHECK(!cs_resampler_supported(44100, 48000)); /* 160/147: no table */
+    CHECK(!cs_resampler_supported(22050, 8000));
     CHECK(!cs_resampler_supported(0, 8000));
-    CHECK(cs_resampler_new(44100, 8000) == NULL);
+    CHECK(cs_resampler_new(44100, 48000) == NULL);
+}
+
+/* A restart at input sample P keeps the outputs on the whole stream's grid: after the
+ * filter's warm-up they equal the whole stream's from output ceil(P * L / M) on, and
+ * 441 inputs always give exactly 80 (160) outputs, whatever P. */
+static void test_resample_restart_at_keeps_the_grid(void) {
+    const uint32_t outs[] = {8000, 16000, 8000};
+    const uint32_t ins[] = {44100, 44100, 48000};
+    uint32_t rng = 777;
+    for (size_t k = 0; k < 3; k++) {
+        uint32_t fin = ins[k], fout = outs[k], n_in = fin / 2; /* 500 ms */
+        int16_t *x = malloc(n_in * sizeof *x);
+        for (uint32_t i = 0; i < n_in; i++) x[i] = (int16_t)(cs_test_rng(&rng) & 0x3FFF);
+        cs_resampler *whole = cs_resampler_new(fin, fout), *part = cs_resampler_new(fin, fout);
+        REQUIRE(whole != NULL && part != NULL);
+        int16_t *y = malloc(cs_resampler_max_out(whole, n_in) * sizeof *y);
+        int16_t *z = malloc(cs_resampler_max_out(part, n_in) * sizeof *z);
+        uint32_t ny = cs_resampler_process(whole, x, n_in, y);
+        CHECK_EQ(ny, (uint64_t)n_in * fout / fin);
+        const uint32_t starts[] = {110, 220, 331, 441, 1000};
+        for (size_t s = 0; s < 5; s++) {
+            uint32_t p = starts[s];
+            uint64_t first = ((uint64_t)p * fout + fin - 1) / fin; /* ceil(p * L / M) */
+            cs_resampler_restart_at(part, p);
+            uint32_t nz = cs_resampler_process(part, x + p, n_in - p, z);
+            CHECK_EQ(nz, ny - first);
+            uint32_t warm = 2 * (uint32_t)cs_resampler_delay(part) + 2;
+            CHECK(memcmp(z + warm, y + first + warm, (nz - warm) * sizeof *z) == 0);
+        }
+        free(x);
+        free(y);
+        free(z);
+        cs_resampler_free(whole);
+        cs_resampler_free(part);
+    }
 }
 
 /* A passband tone comes out with unit gain, delayed by exactly cs_resampler_delay. */
@@ -124,6 +163,7 @@ static const cs_test_case resample_cases[] = {
     {"tone_matches_analytic", test_resample_tone_matches_analytic},
     {"rejects_alias", test_resample_rejects_alias},
     {"chunking_and_reset", test_resample_chunking_and_reset},
+    {"restart_at_keeps_the_grid", test_resample_restart_at_keeps_the_grid},
 };
 const cs_test_suite cs_suite_resample = {"resample", resample_cases,
                                          CS_TEST_COUNT(resample_cases)};

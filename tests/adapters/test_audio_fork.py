@@ -250,7 +250,7 @@ def test_malformed_streams_are_closed_while_another_call_flows(shared_dir: Path)
     cases: dict[str, tuple[list[str | bytes], int]] = {
         "bad_metadata": (["{oops"], 1007),
         "audio_before_metadata": ([bytes(320)], 1002),
-        "unsupported_rate": ([json.dumps({"sampleRate": 44100})], 1003),
+        "unsupported_rate": ([json.dumps({"sampleRate": 96000})], 1003),
         "unsupported_mix": ([json.dumps({"mixType": "quad"})], 1003),
         "odd_size": ([mono, bytes(321)], 1007),
         "stereo_misaligned": ([stereo, bytes(642)], 1007),

@@ -14,12 +14,14 @@ import socket
 import struct
 import time
 import uuid
+from math import gcd
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import numpy.typing as npt
+import pytest
 from scipy.signal import resample_poly
 
 from sip_bridge.adapters.audiosocket import SLIN_RATES
@@ -339,12 +341,17 @@ def test_malformed_sessions_are_closed_while_another_call_flows(shared_dir: Path
         bridge.stop()
 
 
-def test_slin16_is_resampled_to_the_detector_rate(shared_dir: Path) -> None:
-    """Kind 0x12 (16 kHz) reaches the 8 kHz leg through the native resampler: not bit
-    exact, but the same speech (the 16 kHz stream is the 8 kHz source upsampled)."""
-    assert 16000 in native_l16_rates()
+@pytest.mark.parametrize(("kind", "rate"), [(0x12, 16000), (0x15, 44100)])
+def test_slin16_is_resampled_to_the_detector_rate(shared_dir: Path, kind: int, rate: int) -> None:
+    """Kind 0x12 (16 kHz) and 0x15 (44.1 kHz, 2.5 ms units of 110 or 111 samples) reach
+    the 8 kHz leg through the native resampler: not bit exact, but the same speech (the
+    stream is the 8 kHz source upsampled)."""
+    assert rate in native_l16_rates()
+    up = rate // gcd(rate, 8000)
     speech = load_speech(shared_dir, 1.6, skip=30)
-    wide = np.clip(resample_poly(speech.astype(np.float64), 2, 1), -32768, 32767)
+    wide = np.clip(
+        resample_poly(speech.astype(np.float64), up, 8000 // gcd(rate, 8000)), -32768, 32767
+    )
     bridge = _bridge()
     try:
         view = _register(_api(bridge), [{"role": "external"}])
@@ -354,13 +361,13 @@ def test_slin16_is_resampled_to_the_detector_rate(shared_dir: Path) -> None:
                 _port(bridge),
                 uuid.UUID(leg["uuid"]),
                 wide.astype(np.int16),
-                kind=0x12,
-                samples=2 * FRAME,
+                kind=kind,
+                samples=rate // 50,
             )
         )
         assert wait_for(lambda: view["call_id"] not in bridge.calls())
-        cap = bridge.sink.captured(leg["leg_id"])  # keyed by the 16 kHz stream's clock
-        assert np.diff(sorted(cap.by_rtp_ts)).min() == 2 * FRAME  # 8 kHz frames of 20 ms
+        cap = bridge.sink.captured(leg["leg_id"])  # keyed by the stream's own clock
+        assert np.diff(sorted(cap.by_rtp_ts)).min() == rate // 50  # 8 kHz frames of 20 ms
         got = np.concatenate([cap.by_rtp_ts[ts] for ts in sorted(cap.by_rtp_ts)])
         assert got.size >= speech.size * 0.8
         ref, window = speech.astype(np.float64), got[1600:9600].astype(np.float64)

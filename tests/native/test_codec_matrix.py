@@ -1,5 +1,6 @@
-"""The jitter buffer's codec matrix (issues 2 and 12): every codec through the ring at
-8 and 16 kHz legs for 60 s of virtual time against the same decoder (and resampler) run
+"""The jitter buffer's codec matrix (issues 2 and 12): every codec (L16 at 8 to 48 kHz
+and 44.1 kHz, whose 2.5 ms units hold 110 or 111 samples) through the ring at 8 and 16 kHz
+legs for 60 s of virtual time against the same decoder (and resampler) run
 on the whole stream at once, so any lost, repeated, misplaced or drifting sample shows;
 G.722 bit-exact with libavcodec on real speech; Opus loss concealment with and without
 in-band FEC, and Opus DTX as comfort noise; L16 byte order with an asymmetric signal."""
@@ -117,6 +118,8 @@ STREAMS: dict[str, Callable[[], Stream]] = {
     "L16-48k-stereo": lambda: _l16(48000, channels=2),
     "L16LE-16k": lambda: _l16(16000, le=True),
     "L16LE-32k": lambda: _l16(32000, le=True),
+    "L16LE-44.1k": lambda: _l16(44100, le=True),
+    "L16-44.1k-stereo": lambda: _l16(44100, channels=2),
     "G722-20ms": lambda: _g722(20),
     "G722-30ms": lambda: _g722(30),
     "opus-20ms": lambda: _opus(20),
@@ -217,10 +220,12 @@ def test_a_minute_through_the_ring_equals_the_whole_stream_decoded(
     assert positions == list(range(positions[0], positions[0] + 8 * len(positions), 8))
 
 
-def test_resampled_sweep_matches_the_analytic_signal() -> None:
-    """L16 at 48 kHz on a 16 kHz leg: the analytic sweep sampled at 16 kHz, 3 ms late."""
-    got = play(stream("L16-48k-stereo"), 16000).real.astype(np.float64)
-    delay = resampler_delay(48000, 16000)
+@pytest.mark.parametrize(("name", "rate"), [("L16-48k-stereo", 48000), ("L16LE-44.1k", 44100)])
+def test_resampled_sweep_matches_the_analytic_signal(name: str, rate: int) -> None:
+    """L16 at 48 or 44.1 kHz on a 16 kHz leg: the analytic sweep sampled at 16 kHz, 3 ms
+    late (44.1 kHz: no sample lost or repeated over the minute, so no drift either)."""
+    got = play(stream(name), 16000).real.astype(np.float64)
+    delay = resampler_delay(rate, 16000)
     t = (np.arange(len(got)) - delay) / 16000
     tp = t % 1.0
     want = 12000 * (0.35 + 0.3 * t / SECONDS) * np.sin(2 * np.pi * (200 * tp + 1500 * tp**2))
@@ -251,6 +256,25 @@ def test_g722_loss_restarts_the_decoder() -> None:
     assert np.array_equal(frame, fresh[160:480])
     continuous = s.reference(16000)[(501 * 12 + 4) * 40 :][:320]
     assert not np.array_equal(frame, continuous)
+
+
+def test_l16_44k1_after_loss_stays_on_the_stream_grid() -> None:
+    """44.1 kHz on an 8 kHz leg with packets lost: the resampler restarts after each gap
+    on the whole stream's output grid, so every frame keeps its 160 samples in place and,
+    once the filter has refilled (well under 10 ms), equals the unbroken stream's."""
+    s = stream("L16LE-44.1k")
+    got = play(s, 8000, drop=frozenset({100, 101, 500}))
+    st = got.stats
+    assert st["decoder_resets"] == 2 and st["concealed_samples"] == 3 * 160
+    want = s.reference(8000)
+    assert len(got.real) == len(want) - 3 * 160
+    base = min(got.by_pos)
+    for after in (102, 501):  # the packet after each gap, and the one after that
+        for k in (after, after + 1):
+            frame = got.by_pos[base + 8 * k]
+            ref = want[k * 160 : (k + 1) * 160]
+            skip = 0 if k > after else 80  # the first 10 ms after a gap: filter refill
+            assert np.array_equal(frame[skip:], ref[skip:]), k
 
 
 @pytest.mark.parametrize("frame_ms", [10, 20, 40, 60])
