@@ -12,6 +12,12 @@ their offsets. ``--speed`` paces it (1: real time, the default; 20: twenty times
 faster; 0: as fast as the CPU allows): the result is the same at any speed.
 ``--redis [URL]`` also publishes the call's events, scores and alerts to Redis like a
 live call (URL, else ``REDIS_URL`` or the embedded server).
+
+A capture with SIP signalling (over UDP) may hold several calls: SIP is grouped by
+Call-ID, RTP streams are tied to calls by each call's SDP (``sip_bridge.replay.sip_calls``)
+and every call is replayed on its own through the same pipeline, one report per call;
+streams no call explains are listed as unassociated. Without SIP, the RTP streams are
+one call (legs by SSRC).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pydantic import SecretStr
 from detectors.contract import Detector
 from detectors.model_store import ModelSettings
 from sip_bridge.replay.pcap import CaptureError
+from sip_bridge.replay.sip_calls import CaptureCalls, read_capture_calls
 from sip_bridge.replay.sources import (
     Recording,
     ReplayInputError,
@@ -99,10 +106,17 @@ def add_parser(sub: Any, name: str) -> None:
     p.set_defaults(run=run)
 
 
-def load_recording(args: argparse.Namespace) -> Recording:
+def load_recording(args: argparse.Namespace) -> Recording | CaptureCalls:
     if args.file is not None and is_capture(args.file):
         if args.external or args.internal:
             raise ReplayInputError("give a capture or --external/--internal audio, not both")
+        calls = read_capture_calls(args.file, args.external_ssrc, args.internal_ssrc)
+        if calls is not None:
+            if args.call_id and len(calls.calls) > 1:
+                raise ReplayInputError(
+                    f"--call-id names one call; {args.file} holds {len(calls.calls)}"
+                )
+            return calls
         return read_capture(args.file, args.external_ssrc, args.internal_ssrc)
     if args.external_ssrc is not None or args.internal_ssrc is not None:
         raise ReplayInputError("--external-ssrc/--internal-ssrc apply to captures only")
@@ -111,10 +125,11 @@ def load_recording(args: argparse.Namespace) -> Recording:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        recording = load_recording(args)
+        loaded = load_recording(args)
     except (ReplayInputError, CaptureError, OSError) as exc:
         print(f"callshield replay: {exc}", file=sys.stderr)
         return 2
+    recordings = [loaded] if isinstance(loaded, Recording) else loaded.calls
     from sip_bridge.wiring import load_detectors
 
     models = ModelSettings(models_dir=args.models_dir) if args.models_dir else ModelSettings()
@@ -123,18 +138,23 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         if args.redis is None:
-            result = _replay(recording, detectors, args, stop)
+            results = [_replay(r, detectors, args, stop) for r in recordings if not stop.is_set()]
         else:
-            result = _replay_publishing(recording, detectors, args, stop, models)
+            results = _replay_publishing(recordings, detectors, args, stop, models)
     finally:
         signal.signal(signal.SIGINT, previous)
-    from sip_bridge.replay.report import to_json, to_text
+    from sip_bridge.replay import report
 
+    if isinstance(loaded, Recording):
+        doc, text = report.to_json(results[0]), report.to_text(results[0], args.step)
+    else:
+        doc = report.calls_to_json(loaded, results)
+        text = report.calls_to_text(loaded, results, args.step)
     if args.json:
-        json.dump(to_json(result), sys.stdout, indent=1)
+        json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(to_text(result, args.step))
+        sys.stdout.write(text)
     return 130 if stop.is_set() else 0
 
 
@@ -159,12 +179,12 @@ def _replay(
 
 
 def _replay_publishing(
-    recording: Recording,
+    recordings: list[Recording],
     detectors: list[Detector],
     args: argparse.Namespace,
     stop: threading.Event,
     models: ModelSettings,
-) -> Any:
+) -> list[Any]:
     """As a live call: events, scores and alerts through the bus publisher (its own
     outbox in a temporary directory, flushed before the command returns), and the
     speaker biometrics stage when a speaker model and its cohort are installed."""
@@ -185,14 +205,18 @@ def _replay_publishing(
         if bio is not None:
             bio.start()
         try:
-            return _replay(
-                recording,
-                detectors,
-                args,
-                stop,
-                forward=bus,
-                stage=bio.stage if bio is not None else None,
-            )
+            return [
+                _replay(
+                    recording,
+                    detectors,
+                    args,
+                    stop,
+                    forward=bus,
+                    stage=bio.stage if bio is not None else None,
+                )
+                for recording in recordings
+                if not stop.is_set()
+            ]
         finally:
             if bio is not None:
                 bio.close()

@@ -14,13 +14,16 @@ from typing import Any
 
 from detectors.alert_schema import Alert
 from sip_bridge.replay.engine import FRAME_NS, ReplayResult
+from sip_bridge.replay.sip_calls import CaptureCalls, Unassociated
 
 
 def to_json(result: ReplayResult) -> dict[str, Any]:
     rec = result.recording
+    sip = {"sip_call_id": rec.sip_call_id} if rec.sip_call_id else {}
     return {
         "input": rec.description,
         "call_id": result.call_id,
+        **sip,
         "duration_s": round(result.ticks * FRAME_NS / 1e9, 2),
         "speed": result.speed,
         "wall_s": round(result.wall_s, 2),
@@ -177,4 +180,49 @@ def to_text(result: ReplayResult, step_s: float = 1.0) -> str:
         )
         for r in a["reasons"][:3]:
             lines.append(f"      {r}")
+    return "\n".join(lines) + "\n"
+
+
+def calls_to_json(capture: CaptureCalls, results: list[ReplayResult]) -> dict[str, Any]:
+    """A capture of several calls: one report per call (as ``to_json``), the calls whose
+    SDP no RTP matched, and the RTP streams no call explains."""
+    return {
+        "input": str(capture.path),
+        "skipped": dict(sorted(capture.skipped.items())),
+        "calls": [to_json(r) for r in results],
+        "calls_without_media": list(capture.without_media),
+        "unassociated": [_unassociated_json(u) for u in capture.unassociated],
+    }
+
+
+def _unassociated_json(u: Unassociated) -> dict[str, Any]:
+    return {
+        "ssrc": f"0x{u.ssrc:08x}",
+        "src": f"{u.src[0]}:{u.src[1]}",
+        "dst": f"{u.dst[0]}:{u.dst[1]}",
+        "packets": u.packets,
+        "first_s": u.first_s,
+        "reason": u.reason,
+        **({"sip_call_id": u.sip_call_id} if u.sip_call_id else {}),
+    }
+
+
+def calls_to_text(capture: CaptureCalls, results: list[ReplayResult], step_s: float = 1.0) -> str:
+    doc = calls_to_json(capture, results)
+    lines = [f"capture {doc['input']}: {len(results)} call(s) with media"]
+    if doc["skipped"]:
+        lines.append("skipped: " + ", ".join(f"{k} {v}" for k, v in doc["skipped"].items()))
+    for i, r in enumerate(results, 1):
+        lines += ["", f"=== call {i} of {len(results)}: SIP Call-ID {r.recording.sip_call_id}"]
+        lines.append(to_text(r, step_s).rstrip("\n"))
+    if doc["calls_without_media"]:
+        lines += ["", "calls with SDP but no RTP in the capture:"]
+        lines += [f"  {c}" for c in doc["calls_without_media"]]
+    lines += ["", "unassociated RTP streams:" if doc["unassociated"] else "unassociated: none"]
+    for u in doc["unassociated"]:
+        lines.append(
+            f"  ssrc {u['ssrc']} {u['src']} -> {u['dst']}: {u['packets']} packets from "
+            f"{u['first_s']:.2f} s; {u['reason']}"
+            + (f" ({u['sip_call_id']})" if "sip_call_id" in u else "")
+        )
     return "\n".join(lines) + "\n"

@@ -65,6 +65,7 @@ class Recording:
     legs: list[LegTrack]
     description: str
     skipped: dict[str, int] = field(default_factory=dict)
+    sip_call_id: str = ""  # the SIP Call-ID, when the legs were found through SIP
 
     @property
     def duration_ns(self) -> int:
@@ -85,7 +86,7 @@ class _Stream:
     packets: list[tuple[int, bytes]] = field(default_factory=list)
 
 
-def _rtp_ssrc(payload: bytes) -> int | None:
+def rtp_ssrc(payload: bytes) -> int | None:
     if len(payload) < 12 or payload[0] >> 6 != 2:
         return None
     if 200 <= payload[1] <= 204:  # RTCP SR/RR/SDES/BYE/APP (RFC 5761 demux)
@@ -102,6 +103,11 @@ def _sdp_payload_types(payload: bytes) -> list[PayloadType]:
         sdp = SessionDescription.parse(body)
     except ValueError:
         return []
+    return payload_types_of(sdp)
+
+
+def payload_types_of(sdp: SessionDescription) -> list[PayloadType]:
+    """The payload types the native jitter buffer can decode, from the audio m-lines."""
     out = []
     for m in sdp.media:
         if m.media != "audio":
@@ -125,7 +131,7 @@ def read_capture(
     table = {p.pt: p for p in DEFAULT_PAYLOAD_TYPES}
     rtcp = other = 0
     for d in read_udp(path, stats):
-        ssrc = _rtp_ssrc(d.payload)
+        ssrc = rtp_ssrc(d.payload)
         if ssrc is None:
             if len(d.payload) >= 2 and d.payload[0] >> 6 == 2:
                 rtcp += 1
