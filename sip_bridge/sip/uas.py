@@ -392,9 +392,13 @@ class SipUas:
     def _on_options(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
         extra = [("Allow", ALLOW), ("Accept", ACCEPT), ("Supported", SUPPORTED)]
         if NameAddr.parse(req.headers.get("To") or "").tag:
-            if self._dialog_of(req) is None:
+            dialog = self._dialog_of(req)
+            if dialog is None:
                 return [self._reply(tx, 481, now)]
-        elif self.controller.draining:
+            # an SBC's in-dialog keepalive: answered as the dialog (its To tag), draining
+            # or not, and the call's session timer is not touched
+            return [self._reply(tx, 200, now, to_tag=dialog.local_tag, extra=extra)]
+        if self.controller.draining:
             extra.append(("Retry-After", str(self.config.retry_after)))
             return [self._reply(tx, 503, now, extra=extra)]
         return [self._reply(tx, 200, now, to_tag=new_tag(), extra=extra)]

@@ -214,3 +214,8 @@ def test_options_in_and_out_of_dialog() -> None:
     assert ok.status == 200 and "UPDATE" in (ok.headers.get("Allow") or "")
     (gone,) = h.send(in_dialog("OPTIONS", "deadbeef", cseq=5, branch="z9hG4bKo2"))
     assert gone.status == 481
+    # an SBC's keepalive inside a live call: answered as that dialog, the call goes on
+    tag, _ = _establish(h)
+    (alive,) = h.send(in_dialog("OPTIONS", tag, cseq=6, branch="z9hG4bKo3"), now=1.0)
+    assert alive.status == 200 and NameAddr.parse(alive.headers.get("To") or "").tag == tag
+    assert h.events() == [("started", "")] and len(h.controller.calls) == 1
