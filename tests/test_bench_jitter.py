@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from native.jitter import JitterConfig
@@ -100,8 +101,23 @@ def test_side_notes_are_consistent(tone_result: dict[str, Any]) -> None:
     assert aiortc["frame_wait"]["n"] == aiortc["frames_released"]
     speedup = tone_result["speedup"]
     for key in ("aiortc_over_native_python_call", "aiortc_over_native_c"):
+        # 100 packets: no p99.9 (summaries give it from 1,000 samples)
         assert set(speedup[key]) == {"p50", "p99", "mean"}
         assert all(v > 0 for v in speedup[key].values())
+        assert set(speedup["typical_op"][key]) == {"p50", "p99", "mean"}
+        per_repeat = speedup["per_repeat"][key]
+        assert per_repeat["repeats"] == 1
+        assert per_repeat["p50"]["min"] == per_repeat["p50"]["median"] == per_repeat["p50"]["max"]
+        assert speedup["mean_untimed"][key] > 0
+    # one repeat: each op's median and minimum over the repeats is that repeat's cost
+    assert (
+        tone_result["typical_op"]["native_per_packet_c"]
+        == (tone_result["latency"]["native_per_packet_c"])
+    )
+    assert (
+        tone_result["min_of_repeats_op"]["aiortc_per_packet"]
+        == (tone_result["latency"]["aiortc_per_packet"])
+    )
 
 
 def test_the_trace_is_seeded() -> None:
@@ -138,6 +154,16 @@ def test_every_single_sample_is_positive() -> None:
         assert len(run.insert_ns) == len(trace.datagrams)
         assert len(run.pull_ns) == len(run.flags) == len(trace.pull_ns)
         assert run.insert_ns.min() > 0 and run.pull_ns.min() > 0
+
+
+def test_untimed_c_replay_plays_the_same_frames() -> None:
+    trace = build_trace(TraceConfig(seconds=2, synthetic=True, seed=5, loss=0.05))
+    config = JitterConfig(dtmf_key=1)
+    timed = jitter.replay_native_c(trace, config)
+    untimed = jitter.replay_native_c(trace, config, timed=False)
+    assert np.array_equal(timed.flags, untimed.flags) and timed.stats == untimed.stats
+    assert not untimed.insert_ns.any() and not untimed.pull_ns.any()
+    assert untimed.call_cpu_ns > 0
     cost, released = jitter.replay_aiortc(trace)
     assert len(cost) == len(trace.datagrams) and cost.min() > 0
     assert 0 < released < len(trace.datagrams)

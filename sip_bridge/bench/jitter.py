@@ -15,6 +15,19 @@ time through three drivers in the same run, interleaved repeat by repeat:
 "Per packet" charges each insert its share of the pulls (pulls / packets of them); aiortc
 needs no pulls, its add releases frames. The native pull also decodes G.711 and conceals
 loss; aiortc decodes later, in its decoder thread, so that work is not in its figure.
+
+On a shared, loaded machine a timed op is sometimes hit by an interrupt or a preemption
+that adds microseconds: to the native op (~0.2 µs) that is a large factor, to aiortc's
+(~4 µs) a small one, so pooled percentiles of the two mostly compare the machine's
+interference. The trace is therefore replayed ``repeats`` times (interleaved) and the
+speedup is reported three ways: ``pooled`` (every sample of every repeat), ``per_repeat``
+(the ratio of each repeat's percentiles; median, min and max over repeats) and
+``typical_op`` (each op's median over the repeats, then percentiles over the ops: the
+interference that hits an op in fewer than half the repeats is gone, the code's own slow
+ops, concealment, reordering, aiortc's releases, stay). ``goal_met`` is judged on
+``typical_op`` at p50, p99 and p99.9; the pooled figures are printed beside it, and
+``min_of_repeats_op`` (each op's minimum: least interference) and ``mean_untimed`` (each
+driver replayed with no per-op timer, the pass measured on the thread's CPU clock).
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ AIORTC_PREFETCH = 4
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
-    min_samples: int = 10_000  # repeat the trace until every op has this many samples
+    min_samples: int = 60_000  # repeat the trace until every op has this many samples
     warmup: bool = True
 
 
@@ -55,6 +68,7 @@ class NativeRun:
     pull_ns: I64
     flags: npt.NDArray[np.uint8]
     stats: dict[str, int]
+    call_cpu_ns: int = 0  # thread CPU time of the replay call (C replay only)
 
 
 def replay_native_python(trace: Trace, config: JitterConfig) -> NativeRun:
@@ -91,8 +105,9 @@ def replay_native_python(trace: Trace, config: JitterConfig) -> NativeRun:
     )
 
 
-def replay_native_c(trace: Trace, config: JitterConfig) -> NativeRun:
-    """The same merge inside C (cs_jb_bench_replay): per-op cost without Python."""
+def replay_native_c(trace: Trace, config: JitterConfig, *, timed: bool = True) -> NativeRun:
+    """The same merge inside C (cs_jb_bench_replay): per-op cost without Python.
+    timed=False: no per-op timer (costs stay 0); see untimed_ns_per_packet."""
     jb = ffi.gc(lib.cs_jb_new(config.to_c()), lib.cs_jb_free)
     if jb == ffi.NULL:
         raise ValueError("jitter buffer: invalid configuration")
@@ -107,6 +122,7 @@ def replay_native_c(trace: Trace, config: JitterConfig) -> NativeRun:
     def buf(kind: str, arr: npt.NDArray[Any], out: bool = False) -> Any:
         return ffi.from_buffer(kind, arr, require_writable=out)
 
+    cpu0 = time.thread_time_ns()
     done = lib.cs_jb_bench_replay(
         jb,
         buf("uint8_t[]", blob),
@@ -117,14 +133,16 @@ def replay_native_c(trace: Trace, config: JitterConfig) -> NativeRun:
         buf("int64_t[]", pulls),
         m,
         buf("int16_t[]", pcm, True),
-        buf("int64_t[]", insert_ns, True),
+        buf("int64_t[]", insert_ns, True) if timed else ffi.NULL,
         buf("int8_t[]", outcomes, True),
-        buf("int64_t[]", pull_ns, True),
+        buf("int64_t[]", pull_ns, True) if timed else ffi.NULL,
         buf("uint8_t[]", flags, True),
     )
+    call_cpu_ns = time.thread_time_ns() - cpu0
     if done != n:
         raise RuntimeError(f"C replay inserted {done} of {n} datagrams")
-    return NativeRun(insert_ns, pull_ns, flags, stats_dict(lib.cs_jb_get_stats(jb)))
+    stats = stats_dict(lib.cs_jb_get_stats(jb))
+    return NativeRun(insert_ns, pull_ns, flags, stats, call_cpu_ns)
 
 
 def replay_aiortc(trace: Trace) -> tuple[I64, int]:
@@ -144,6 +162,39 @@ def replay_aiortc(trace: Trace) -> tuple[I64, int]:
         if frame is not None:
             released += 1
     return np.array(cost, np.int64), released
+
+
+def untimed_ns_per_packet(trace: Trace, config: JitterConfig) -> dict[str, float]:
+    """One pass of each driver with no per-op timer, the whole pass measured once on the
+    thread's CPU clock (time spent preempted on a loaded machine is not in it): mean ns
+    per packet (inserts + pulls, or aiortc's adds) free of timer overhead."""
+    datagrams, arrivals, pulls = trace.datagrams, trace.arrival_ns, trace.pull_ns
+    n = len(datagrams)
+    perf = time.thread_time_ns
+
+    c_ns = replay_native_c(trace, config, timed=False).call_cpu_ns  # the one C call
+
+    jb = JitterBuffer(config)
+    pcm = np.zeros(jb.samples_per_frame, dtype=np.int16)
+    insert, pull_into = jb.insert, jb.pull_into
+    k = 0
+    t0 = perf()
+    for t in pulls:
+        while k < n and arrivals[k] <= t:
+            insert(datagrams[k], arrivals[k])
+            k += 1
+        pull_into(t, pcm)
+    py_ns = perf() - t0
+
+    ai = AiortcJitterBuffer(capacity=AIORTC_CAPACITY, prefetch=AIORTC_PREFETCH)
+    parse, add = RtpPacket.parse, ai.add
+    t0 = perf()
+    for datagram in datagrams:
+        packet = parse(datagram)
+        packet._data = packet.payload  # type: ignore[attr-defined]
+        add(packet)
+    ai_ns = perf() - t0
+    return {"native_c": c_ns / n, "native_python_call": py_ns / n, "aiortc": ai_ns / n}
 
 
 def aiortc_behaviour(trace: Trace) -> dict[str, Any]:
@@ -203,7 +254,7 @@ def timer_overhead(samples: int = 10_000) -> dict[str, Any]:
     lib.cs_bench_clock_overhead(ffi.from_buffer("int64_t[]", c, require_writable=True), samples)
     return {
         "perf_counter_ns": summarize(py, unit="ns"),
-        "clock_gettime": summarize(c, unit="ns"),
+        "c_per_op_timer": summarize(c, unit="ns"),
     }
 
 
@@ -239,8 +290,35 @@ _NATIVE_COUNTERS = (
 )
 
 
+_RATIO_KEYS = ("p50", "p99", "p99.9", "mean")
+
+
 def _ratios(slow: dict[str, Any], fast: dict[str, Any]) -> dict[str, float]:
-    return {key: slow[key] / fast[key] for key in ("p50", "p99", "mean") if fast.get(key)}
+    return {key: slow[key] / fast[key] for key in _RATIO_KEYS if fast.get(key) and key in slow}
+
+
+def _per_repeat(slow: list[I64], fast: list[npt.NDArray[np.float64]]) -> dict[str, Any]:
+    """Each repeat's percentile ratio; median, min and max over the repeats."""
+    out: dict[str, Any] = {"repeats": len(slow)}
+    for key, q in (("p50", 50.0), ("p99", 99.0), ("p99.9", 99.9)):
+        if q == 99.9 and min(len(a) for a in fast) < 1000:
+            continue
+        r = [
+            float(np.percentile(a, q) / np.percentile(b, q))
+            for a, b in zip(slow, fast, strict=True)
+        ]
+        out[key] = {"median": float(np.median(r)), "min": min(r), "max": max(r)}
+    return out
+
+
+def _typical(runs: list[npt.NDArray[Any]]) -> npt.NDArray[np.float64]:
+    """Each op's median over the repeats (the same op of the same trace every repeat)."""
+    return np.asarray(np.median(np.stack(runs).astype(np.float64), axis=0))
+
+
+def _floor(runs: list[npt.NDArray[Any]]) -> npt.NDArray[np.float64]:
+    """Each op's minimum over the repeats: its cost with the least interference."""
+    return np.asarray(np.min(np.stack(runs).astype(np.float64), axis=0))
 
 
 def _net_ratio(slow: float, fast: float) -> float | None:
@@ -261,6 +339,7 @@ def benchmark(cfg: BenchConfig) -> dict[str, Any]:
     py_runs: list[NativeRun] = []
     c_runs: list[NativeRun] = []
     ai_runs: list[I64] = []
+    untimed: list[dict[str, float]] = []
     released = 0
     gc.collect()
     gc.freeze()
@@ -272,6 +351,7 @@ def benchmark(cfg: BenchConfig) -> dict[str, Any]:
             c_runs.append(replay_native_c(trace, jb_config))
             cost, released = replay_aiortc(trace)
             ai_runs.append(cost)
+            untimed.append(untimed_ns_per_packet(trace, jb_config))
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -295,9 +375,23 @@ def benchmark(cfg: BenchConfig) -> dict[str, Any]:
     }
     speedup_py = _ratios(latency["aiortc_per_packet"], latency["native_per_packet_python_call"])
     speedup_c = _ratios(latency["aiortc_per_packet"], latency["native_per_packet_c"])
+    pp_py_runs = [per_packet(r.insert_ns, r.pull_ns) for r in py_runs]
+    pp_c_runs = [per_packet(r.insert_ns, r.pull_ns) for r in c_runs]
+    typical = {
+        "aiortc_per_packet": summarize(_typical(ai_runs), "ns"),
+        "native_per_packet_python_call": summarize(_typical(pp_py_runs), "ns"),
+        "native_per_packet_c": summarize(_typical(pp_c_runs), "ns"),
+    }
+    typical_py = _ratios(typical["aiortc_per_packet"], typical["native_per_packet_python_call"])
+    typical_c = _ratios(typical["aiortc_per_packet"], typical["native_per_packet_c"])
+    untimed_ns = {k: float(np.median([u[k] for u in untimed])) for k in untimed[0]}
+    floor = {
+        "aiortc_per_packet": summarize(_floor(ai_runs), "ns"),
+        "native_per_packet_c": summarize(_floor(pp_c_runs), "ns"),
+    }
 
     timers = timer_overhead()
-    py_t, c_t = timers["perf_counter_ns"]["p50"], timers["clock_gettime"]["p50"]
+    py_t, c_t = timers["perf_counter_ns"]["p50"], timers["c_per_op_timer"]["p50"]
     ops = 1 + m / n  # timed native ops per packet (an insert and m/n pulls)
     aiortc_net = latency["aiortc_per_packet"]["p50"] - py_t
     net = {
@@ -310,7 +404,8 @@ def benchmark(cfg: BenchConfig) -> dict[str, Any]:
     }
 
     def met(r: dict[str, float]) -> bool:
-        return min(r.get("p50", 0.0), r.get("p99", 0.0)) >= GOAL_SPEEDUP
+        keys = ("p50", "p99", "p99.9") if "p99.9" in r else ("p50", "p99")
+        return min(r.get(k, 0.0) for k in keys) >= GOAL_SPEEDUP
 
     return {
         "benchmark": "jitter",
@@ -333,24 +428,51 @@ def benchmark(cfg: BenchConfig) -> dict[str, Any]:
             "gc": "collected, frozen and disabled while timing",
             "python_call": "perf_counter_ns around each JitterBuffer.insert / pull_into "
             "call: includes the Python->C call and wrapper overhead",
-            "c": "clock_gettime(CLOCK_MONOTONIC) around each cs_jb_insert_datagram / "
-            "cs_jb_pull inside cs_jb_bench_replay",
+            "c": "the TSC (x86; else clock_gettime), calibrated against CLOCK_MONOTONIC, "
+            "around each cs_jb_insert_datagram / cs_jb_pull inside cs_jb_bench_replay",
+            "mean_untimed": "each repeat also replays every driver once with no per-op "
+            "timer and times the whole pass: mean ns per packet without timer overhead",
             "aiortc": "perf_counter_ns around RtpPacket.parse + JitterBuffer.add "
             f"(capacity={AIORTC_CAPACITY}, prefetch={AIORTC_PREFETCH})",
             "per_packet": "native: insert + pulls/packets share of a pull; aiortc: add "
             "(it releases frames itself, no pull)",
+            "typical_op": "each op's median over the repeats, then percentiles over ops; "
+            "goal_met_* is judged on it at p50/p99/p99.9 (pooled: goal_met_pooled_*)",
             "not_in_aiortc_figure": "G.711 decode and loss concealment (native pull does "
             "them; aiortc decodes in its decoder thread)",
             "timer_overhead_included": timers,
         },
         "latency": latency,
+        "typical_op": typical,
+        "min_of_repeats_op": floor,
         "speedup": {
             "goal": GOAL_SPEEDUP,
             "aiortc_over_native_python_call": speedup_py,
             "aiortc_over_native_c": speedup_c,
+            "per_repeat": {
+                "aiortc_over_native_python_call": _per_repeat(ai_runs, pp_py_runs),
+                "aiortc_over_native_c": _per_repeat(ai_runs, pp_c_runs),
+            },
+            "typical_op": {
+                "aiortc_over_native_python_call": typical_py,
+                "aiortc_over_native_c": typical_c,
+            },
+            "min_of_repeats_op": {
+                "aiortc_over_native_c": _ratios(
+                    floor["aiortc_per_packet"], floor["native_per_packet_c"]
+                ),
+            },
             "p50_net_of_timer_overhead_estimate": net,
-            "goal_met_python_call": met(speedup_py),
-            "goal_met_c": met(speedup_c),
+            "mean_untimed": {
+                "ns_per_packet_median_of_repeats": untimed_ns,
+                "aiortc_over_native_python_call": untimed_ns["aiortc"]
+                / untimed_ns["native_python_call"],
+                "aiortc_over_native_c": untimed_ns["aiortc"] / untimed_ns["native_c"],
+            },
+            "goal_met_python_call": met(typical_py),
+            "goal_met_c": met(typical_c),
+            "goal_met_pooled_python_call": met(speedup_py),
+            "goal_met_pooled_c": met(speedup_c),
         },
         "correctness": {
             "native": native_behaviour(py_runs[0], c_runs[0]),
