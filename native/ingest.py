@@ -101,11 +101,13 @@ class Ingest:
         max_sockets: int = 16,
         cpu: int | None = None,
         max_frame_samples: int = 960,
+        rt_priority: int = 0,
     ) -> None:
         """coalesce_us > 0 caps the receiver's wakeups at ~1e6/coalesce_us per second
         while at least coalesce_min datagrams are expected per coalesce_us (0: always):
         less CPU per packet under load, up to that much more arrival latency. cpu pins
-        the receiver thread to one CPU."""
+        the receiver thread to one CPU. rt_priority 1..99 runs it SCHED_FIFO (needs
+        CAP_SYS_NICE; refused: it runs normally, see sched())."""
         cfg = ffi.new("cs_ingest_config *")
         lib.cs_ingest_default_config(cfg)
         cfg.max_streams, cfg.rcvbuf_bytes = max_streams, rcvbuf_bytes
@@ -113,6 +115,7 @@ class Ingest:
         cfg.coalesce_us, cfg.coalesce_min = coalesce_us, coalesce_min
         cfg.max_sockets = max_sockets
         cfg.cpu = -1 if cpu is None else cpu
+        cfg.rt_priority = rt_priority
         ptr = lib.cs_ingest_new(cfg)
         if ptr == ffi.NULL:
             raise ValueError(
@@ -440,6 +443,11 @@ class Ingest:
         out: dict[str, Any] = to_python(c[0])
         out["parse_errors"] = by_error_name(out["parse_errors"])
         return out
+
+    def sched(self) -> int:
+        """The receiver thread: 1 SCHED_FIFO, 0 normal scheduling, -errno: the asked-for
+        real-time priority was refused (it runs normally)."""
+        return int(lib.cs_ingest_sched(self._live()))
 
     def counters(self) -> dict[str, Any]:
         """Receiver-wide counters; parse_errors keyed by reason."""

@@ -69,3 +69,14 @@ def test_pinned_run_restores_affinity() -> None:
     assert run["pinned"]
     assert run["native_shared"]["received"] == run["native_shared"]["sent"]
     assert os.sched_getaffinity(0) == before
+
+
+def test_rt_priority_reaches_the_native_receiver(result: dict[str, Any]) -> None:
+    assert result["runs"][0]["native_per_leg"]["sched"] == "normal"
+    out = ingest.run(_args(rt_priority=5, receivers=["native_per_leg"]))
+    r = out["runs"][0]["native_per_leg"]
+    assert r["received"] == r["sent"]
+    # granted with CAP_SYS_NICE (root here); elsewhere refused, counted, and run normally
+    assert r["sched"] == "SCHED_FIFO 5" or r["sched"].startswith("normal (SCHED_FIFO 5 refused")
+    assert out["table"][0]["sched"] == r["sched"]
+    assert isinstance(r["stream_lock_waits"], int)

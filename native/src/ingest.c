@@ -41,7 +41,7 @@ static int bad_config(const cs_ingest_config *c) {
     return c->max_streams < 1 || c->max_streams > MAX_SLOTS || c->batch < 1 ||
            c->batch > MAX_BATCH || c->max_batches < 1 || c->max_datagram < 12 ||
            c->coalesce_us > 100000 || c->max_sockets > MAX_SOCKETS || c->cpu < -1 ||
-           c->cpu >= CPU_SETSIZE;
+           c->cpu >= CPU_SETSIZE || c->rt_priority < 0 || c->rt_priority > 99;
 }
 
 cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
@@ -89,6 +89,7 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
         ing->iovs[i].iov_base = ing->bufs + (size_t)i * cfg.max_datagram;
         ing->iovs[i].iov_len = cfg.max_datagram;
     }
+    rx_setup_msgs(ing);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = STOP_TOKEN};
     if (epoll_ctl(ing->epfd, EPOLL_CTL_ADD, ing->evfd, &ev) != 0) {
         cs_ingest_free(ing);
@@ -114,7 +115,7 @@ static int dispatch(cs_ingest *ing, uint64_t token, int64_t offset) {
         return more;
     }
     ingest_slot *s = &ing->streams[STREAM_SLOT(token)];
-    pthread_mutex_lock(&s->mu);
+    rx_lock_stream(ing, s);
     if (s->active && s->gen == STREAM_GEN(token) && s->fd >= 0)
         more = rx_drain_stream(ing, s, offset);
     else
@@ -216,10 +217,25 @@ int cs_ingest_start(cs_ingest *ing) {
         if (rc == 0) {
             pthread_setname_np(ing->thread, "cs-ingest");
             ing->running = 1;
+            ing->sched = 0;
+            if (ing->cfg.rt_priority > 0) {
+                /* a short burst per wakeup: real-time so a loaded host's other work
+                 * does not sit between a datagram's arrival and its insert */
+                struct sched_param sp = {.sched_priority = ing->cfg.rt_priority};
+                int err = pthread_setschedparam(ing->thread, SCHED_FIFO, &sp);
+                ing->sched = err ? -err : 1;
+            }
         }
     }
     pthread_mutex_unlock(&ing->table_mu);
     return rc;
+}
+
+int cs_ingest_sched(cs_ingest *ing) {
+    pthread_mutex_lock(&ing->table_mu);
+    int v = ing->running ? ing->sched : 0;
+    pthread_mutex_unlock(&ing->table_mu);
+    return v;
 }
 
 int cs_ingest_stop(cs_ingest *ing) {

@@ -54,9 +54,9 @@
  * wakeup the receiver samples (MONOTONIC, REALTIME, MONOTONIC) and converts the kernel
  * stamps into CLOCK_MONOTONIC (Python's time.monotonic_ns()), which is the now_ns handed
  * to cs_jb_insert: arrival time includes socket-queue wait. The clock is read once when
- * recvmmsg returns and once after the batch's last insert, not per datagram. Latency
- * histograms: kernel timestamp -> end of the inserting batch, and recvmmsg return -> the
- * same (an upper bound for each datagram by at most the rest of its batch).
+ * recvmmsg returns and once after each insert (per-leg socket) or after each run of one
+ * stream's datagrams (shared socket), when they can be pulled. Latency histograms:
+ * kernel timestamp -> that stamp, and recvmmsg return -> that stamp.
  *
  * Wakeups and pacing. With coalesce_us = 0 the thread wakes whenever a socket is ready:
  * lowest latency, but when datagrams are sparse it wakes per datagram or two, and the
@@ -98,6 +98,9 @@ typedef struct {
                               * coalesce_us at the recent rate (0: always sleep) */
     uint32_t max_sockets;    /* shared sockets, 0..256 */
     int32_t cpu;             /* pin the receiver thread to this CPU; -1: no pinning */
+    int32_t rt_priority;     /* 1..99: run the receiver thread SCHED_FIFO at this
+                              * priority (needs CAP_SYS_NICE or RLIMIT_RTPRIO; see
+                              * cs_ingest_sched); 0: normal scheduling */
 } cs_ingest_config;
 
 /* Latency histogram: fine[i] counts [i, i+1) µs for i < 1000; tail[k] counts
@@ -134,6 +137,8 @@ typedef struct {
     uint64_t srtp_replayed;    /* index seen before or older than the replay window */
     uint64_t srtp_malformed;   /* not RTP, or too short for header + MKI + tag */
     uint64_t srtcp_ignored;    /* RTCP-multiplexed (SRTCP) datagrams: not needed */
+    uint64_t stream_lock_waits; /* the receiver found a stream's mutex held (a pull or a
+                                 * control call) and waited for it */
 } cs_ingest_counters;
 
 /* Per shared socket (monotonic). Datagrams that reach a leg are also counted there. */
@@ -255,6 +260,9 @@ int cs_ingest_stream_counters(cs_ingest *ing, int32_t id, cs_stream_counters *ou
 void cs_ingest_get_counters(cs_ingest *ing, cs_ingest_counters *out);
 void cs_ingest_get_latency(cs_ingest *ing, cs_ingest_latency *out);
 void cs_ingest_get_processing(cs_ingest *ing, cs_ingest_latency *out);
+/* The receiver thread's scheduling: 1 SCHED_FIFO at cfg.rt_priority, 0 normal (not
+ * asked, or not started), -errno when asked for and refused (it runs normally). */
+int cs_ingest_sched(cs_ingest *ing);
 /* CPU time (ns) used by this ingest's receiver threads so far, running or exited. */
 int64_t cs_ingest_thread_cpu_ns(cs_ingest *ing);
 /* CDEF END */

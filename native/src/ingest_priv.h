@@ -62,6 +62,7 @@ typedef struct {
     int64_t arrival[MAX_BATCH];
     int32_t target[MAX_BATCH];   /* stream id, or -1 */
     uint8_t inserted[MAX_BATCH];
+    int64_t done[MAX_BATCH];     /* CLOCK_MONOTONIC once inserted (latency end) */
 } rx_batch;
 
 struct cs_ingest {
@@ -77,6 +78,7 @@ struct cs_ingest {
     cs_demux demux;
     /* receiver-thread buffers */
     struct mmsghdr *msgs;
+    uint32_t msgs_dirty;      /* entries the last recvmmsg filled (receive() resets) */
     struct iovec *iovs;
     struct sockaddr_storage *addrs;
     uint8_t *bufs;
@@ -84,6 +86,7 @@ struct cs_ingest {
     rx_batch batch;
     struct epoll_event events[MAX_EVENTS];
     int64_t cpu_done_ns;      /* CPU of receiver threads that have exited */
+    int sched;                /* cs_ingest_sched(); written by start under table_mu */
     cs_ingest_counters counters;
     cs_ingest_latency latency;    /* kernel timestamp -> after insert */
     cs_ingest_latency processing; /* recvmmsg returned -> after insert */
@@ -99,6 +102,10 @@ struct cs_ingest {
 int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset);
 int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset);
 int64_t rx_clock_ns(int clock_id);
+void rx_setup_msgs(cs_ingest *ing); /* once, before the thread starts */
+/* The receiver takes a stream's mutex; a wait (pull or control side holding it) is
+ * counted in stream_lock_waits. */
+void rx_lock_stream(cs_ingest *ing, ingest_slot *s);
 
 /* ingest_shared.c: make a shared leg's demux keys follow its expected address, SSRC and
  * source-lock state (stream mutex held; takes the demux mutex). All or nothing: 0, or

@@ -12,6 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+void rx_lock_stream(cs_ingest *ing, ingest_slot *s) {
+    if (pthread_mutex_trylock(&s->mu) == 0)
+        return;
+    BUMP(ing->counters.stream_lock_waits, 1);
+    pthread_mutex_lock(&s->mu);
+}
+
 int64_t rx_clock_ns(int clock_id) {
     struct timespec t;
     clock_gettime((clockid_t)clock_id, &t);
@@ -72,7 +79,26 @@ static void record_latency(cs_ingest_latency *h, int64_t ns) {
 /* One recvmmsg into the batch buffers. Returns the datagram count (0: none or error). */
 static int receive(cs_ingest *ing, int fd) {
     const uint32_t batch = ing->cfg.batch;
-    for (uint32_t i = 0; i < batch; i++) {
+    /* The kernel writes back only the lengths and flags of the entries it filled (the
+     * pointers never change, rx_setup_msgs): reset those, not the whole batch, so a
+     * one-datagram read (per-leg sockets) touches one or two headers, not 32. */
+    uint32_t dirty = ing->msgs_dirty < batch ? ing->msgs_dirty + 1 : batch;
+    for (uint32_t i = 0; i < dirty; i++) {
+        struct msghdr *m = &ing->msgs[i].msg_hdr;
+        m->msg_namelen = sizeof ing->addrs[i];
+        m->msg_controllen = CMSG_BYTES;
+        m->msg_flags = 0;
+    }
+    int r = recvmmsg(fd, ing->msgs, batch, MSG_DONTWAIT, NULL);
+    ing->msgs_dirty = r > 0 ? (uint32_t)r : 0;
+    BUMP(ing->counters.recvmmsg_calls, 1);
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        BUMP(ing->counters.recv_errors, 1);
+    return r > 0 ? r : 0;
+}
+
+void rx_setup_msgs(cs_ingest *ing) {
+    for (uint32_t i = 0; i < ing->cfg.batch; i++) {
         struct msghdr *m = &ing->msgs[i].msg_hdr;
         m->msg_name = &ing->addrs[i];
         m->msg_namelen = sizeof ing->addrs[i];
@@ -82,11 +108,7 @@ static int receive(cs_ingest *ing, int fd) {
         m->msg_controllen = CMSG_BYTES;
         m->msg_flags = 0;
     }
-    int r = recvmmsg(fd, ing->msgs, batch, MSG_DONTWAIT, NULL);
-    BUMP(ing->counters.recvmmsg_calls, 1);
-    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        BUMP(ing->counters.recv_errors, 1);
-    return r > 0 ? r : 0;
+    ing->msgs_dirty = ing->cfg.batch;
 }
 
 /* SRTP leg s (its mutex held): drop SRTCP, then authenticate, replay-check and decrypt
@@ -164,6 +186,15 @@ static void deliver(cs_ingest *ing, ingest_slot *s, int32_t id, int i) {
     s->c.outcomes[out > 0 && out < CS_PKT_OUTCOMES ? out : 0]++;
     s->c.inserted++;
     b->inserted[i] = 1;
+    b->done[i] = 0; /* stamped by the caller once the datagram is in (rx_stamp) */
+}
+
+/* The datagrams [from, to) of the batch that were inserted are in their buffer now. */
+static void rx_stamp(rx_batch *b, int from, int to) {
+    int64_t now = rx_clock_ns(CLOCK_MONOTONIC);
+    for (int i = from; i < to; i++)
+        if (b->inserted[i] && !b->done[i])
+            b->done[i] = now;
 }
 
 static void count_to_stream(ingest_slot *s, const cs_ingest *ing, int i) {
@@ -174,16 +205,17 @@ static void count_to_stream(ingest_slot *s, const cs_ingest *ing, int i) {
         s->c.first_arrival_ns = ing->batch.arrival[i];
 }
 
-/* One clock read after the batch: every inserted datagram's latency ends there. */
+/* Each inserted datagram's latency ends at its own stamp (rx_stamp): after its insert
+ * (per-leg socket) or after its stream's run was inserted (shared socket). */
 static void finish_batch(cs_ingest *ing, int r, int64_t received) {
     cs_ingest_counters *g = &ing->counters;
     uint64_t bytes = 0, inserted = 0;
-    int64_t done = rx_clock_ns(CLOCK_MONOTONIC);
     for (int i = 0; i < r; i++) {
         bytes += ing->msgs[i].msg_len;
         if (!ing->batch.inserted[i])
             continue;
         inserted++;
+        int64_t done = ing->batch.done[i];
         record_latency(&ing->latency, done - ing->batch.arrival[i]);
         record_latency(&ing->processing, done - received);
     }
@@ -211,6 +243,7 @@ int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
             } else {
                 to_addr(&ing->addrs[i], &ing->batch.from[i]);
                 deliver(ing, s, id, i);
+                rx_stamp(&ing->batch, i, i + 1);
             }
         }
         finish_batch(ing, r, received);
@@ -282,7 +315,7 @@ int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_
                 end++;
             if (id >= 0) {
                 ingest_slot *s = &ing->streams[STREAM_SLOT(id)];
-                pthread_mutex_lock(&s->mu);
+                rx_lock_stream(ing, s);
                 int live = s->active && s->gen == STREAM_GEN(id);
                 for (int j = i; j < end && live; j++) {
                     count_to_stream(s, ing, j);
@@ -291,6 +324,7 @@ int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_
                     deliver(ing, s, id, j);
                 }
                 pthread_mutex_unlock(&s->mu);
+                rx_stamp(b, i, end);
                 if (!live) { /* removed between lookup and delivery */
                     BUMP(k->c.unmatched, (uint64_t)(end - i));
                     BUMP(ing->counters.unmatched, (uint64_t)(end - i));

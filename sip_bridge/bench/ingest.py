@@ -21,11 +21,14 @@ reported for both); ``background_cpu_share``, what else ran on the machine meanw
 (all CPUs' busy time from /proc/stat less this process and the sender: a run with much
 of it is disturbed); app loss (sent vs received per leg) and the kernel's ``Udp:
 RcvbufErrors`` delta (/proc/net/snmp); native: wakeups, datagrams per recvmmsg, and the
-C latency histograms (kernel receive timestamp -> end of the batch that inserted the
-datagram into its jitter buffer, 1 µs buckets below 1 ms; and recvmmsg returned -> the
-same). asyncio has no kernel timestamp: its latency is the sender's send time (carried
-in the payload) -> the callback's append; on loopback the kernel stamps a datagram inside
-the sender's sendto, so the two are close to comparable. ``cpu_ratios`` names each
+C latency histograms (kernel receive timestamp -> the datagram inserted into its jitter
+buffer, stamped after each insert, or after each run of one leg's datagrams on a shared
+socket; 1 µs buckets below 1 ms; and recvmmsg returned -> the same: the issue's
+"arrival stamped right after the syscall" -> in the buffer), and stream_lock_waits (the
+receiver found a leg's mutex held by the pull). asyncio has no kernel timestamp: its
+latency is the sender's send time (carried in the payload) -> the callback's append; on
+loopback the kernel stamps a datagram inside the sender's sendto, so the two are close
+to comparable. ``cpu_ratios`` names each
 comparison as ``baseline/receiver`` (receiver-thread and process CPU).
 
 ``--pin on`` pins the sender to CPU 1 and the receiving thread to CPU 0 (native: the C
@@ -90,6 +93,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="wakeup pacing of the *_paced native runs (0: skip those runs)",
     )
     parser.add_argument(
+        "--rt-priority",
+        type=int,
+        default=0,
+        help="run the native receiver thread SCHED_FIFO at this priority (1..99; "
+        "0: normal scheduling, the default)",
+    )
+    parser.add_argument(
         "--receivers",
         nargs="+",
         choices=list(RECEIVERS),
@@ -150,7 +160,12 @@ def _run_load(args: argparse.Namespace, pps: int, pinned: bool) -> dict[str, Any
         else:
             coalesce = args.coalesce_us if paced else 0
             rx = NativeReceiver(
-                streams, shared=shared, batch=args.batch, coalesce_us=coalesce, pin=pin
+                streams,
+                shared=shared,
+                batch=args.batch,
+                coalesce_us=coalesce,
+                pin=pin,
+                rt_priority=args.rt_priority,
             )
         result[name] = _measure(rx, pps, payload, args, SENDER_CPU if pinned else None)
     result["cpu_ratios"] = _ratios(result)
@@ -199,6 +214,9 @@ def _rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             app_loss=r["app_loss"],
             rcvbuf_errors=r["rcvbuf_errors_delta"],
             dgrams_per_recvmmsg=_round(r.get("datagrams_per_recvmmsg")),
+            lock_waits=r.get("stream_lock_waits"),
+            sched=r.get("sched"),
+            proc_p99_9_us=_round(r["processing"]["p99.9"]) if "processing" in r else None,
             wakeups_per_1k_pkts=_round(r["wakeups"] * 1000 / max(1, r["received"]))
             if "wakeups" in r
             else None,

@@ -168,17 +168,26 @@ class _Affinity:
 
 class NativeReceiver(Receiver):
     def __init__(
-        self, streams: int, *, shared: bool, batch: int, coalesce_us: int, pin: Pinning | None
+        self,
+        streams: int,
+        *,
+        shared: bool,
+        batch: int,
+        coalesce_us: int,
+        pin: Pinning | None,
+        rt_priority: int = 0,
     ) -> None:
         from native.ingest import Ingest
 
         self.streams, self.shared, self.coalesce_us, self.pin = streams, shared, coalesce_us, pin
+        self.rt_priority = rt_priority
         self.ing = Ingest(
             streams,
             batch=batch,
             coalesce_us=coalesce_us,
             max_sockets=1,
             cpu=pin.receiver_cpu if pin else None,
+            rt_priority=rt_priority,
         )
         self.leg: LegOptions = {"min_delay_ms": 40, "max_delay_ms": 200}
         self.ids: list[int] = []
@@ -204,6 +213,7 @@ class NativeReceiver(Receiver):
         if self.pin:
             self.affinity.pin(self.pin.other_cpus)  # the pull loop: off the receiver's CPU
         self.ing.start()
+        self.sched = self.ing.sched()
         self.counters0 = self.ing.counters()
 
     def run_until(self, done: Callable[[], bool], window: Window) -> None:
@@ -238,20 +248,26 @@ class NativeReceiver(Receiver):
         return {
             "receiver": f"native: C thread, {mode}, epoll + recvmmsg, parse + source lock + "
             f"jb insert, coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
+            "sched": {1: f"SCHED_FIFO {self.rt_priority}", 0: "normal"}.get(
+                self.sched, f"normal (SCHED_FIFO {self.rt_priority} refused: {self.sched})"
+            ),
             "wakeups": wakeups,
             "recvmmsg_calls": calls,
             "datagrams_per_wakeup": delta["datagrams"] / max(1, wakeups),
             "datagrams_per_recvmmsg": delta["datagrams"] / max(1, calls),
             "paced_sleeps": delta["paced_sleeps"],
+            "stream_lock_waits": delta["stream_lock_waits"],
             "unmatched": delta["unmatched"],
             "pull_cpu_us_per_stream_frame": self.pull_cpu_ns
             / 1e3
             / max(1, self.pulls * len(self.ids)),
             "latency": _histogram_summary(
-                self.ing.latency(), "kernel SO_TIMESTAMPNS -> end of the inserting batch"
+                self.ing.latency(),
+                "kernel SO_TIMESTAMPNS -> the datagram inserted in its jitter buffer",
             ),
             "processing": _histogram_summary(
-                self.ing.processing(), "recvmmsg returned -> end of the inserting batch"
+                self.ing.processing(),
+                "recvmmsg returned -> the datagram inserted in its jitter buffer",
             ),
         }
 

@@ -281,3 +281,42 @@ def test_pull_of_unknown_id_yields_empty_frame(ingest: Ingest) -> None:
     assert [infos[i].samples for i in range(2)] == [0, 0]
     assert [infos[i].flag for i in range(2)] == [lib.CS_FRAME_NOT_STARTED] * 2
     assert not pcm.any()
+
+
+def _receiver_tid() -> int:
+    import os
+
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            if f.read().strip() == "cs-ingest":
+                return int(tid)
+    raise AssertionError("no cs-ingest thread")
+
+
+def test_real_time_receiver_thread(speech: npt.NDArray[np.int16]) -> None:
+    import os
+
+    with pytest.raises(ValueError):
+        Ingest(8, rt_priority=100)
+    with Ingest(8) as plain:
+        assert plain.sched() == 0
+        assert os.sched_getscheduler(_receiver_tid()) == os.SCHED_OTHER
+    idle = Ingest(8, rt_priority=10)
+    assert idle.sched() == 0  # asked for, but no thread yet
+    idle.close()
+    with Ingest(8, rt_priority=10) as ing:
+        leg = _leg(speech, 0, 40)
+        sid = ing.add_stream(0)
+        dest = ing.local_address(sid)
+        frames = run_realtime(ing, leg.packets, lambda k: leg.send(k, dest))[sid]
+        state = ing.sched()
+        policy = os.sched_getscheduler(_receiver_tid())
+        # granted (root / CAP_SYS_NICE): SCHED_FIFO; refused: -errno and it runs normally
+        assert (state, policy) == (1, os.SCHED_FIFO) or (state < 0 and policy == os.SCHED_OTHER)
+        if state == 1:
+            assert os.sched_getparam(_receiver_tid()).sched_priority == 10
+        assert_exact(frames, leg, min_frames=leg.packets - 15)
+        # every inserted datagram has its own latency stamp, none before its arrival
+        lat = ing.latency()
+        assert lat.count == ing.counters()["inserted"] > 0 and lat.negative == 0
+        assert ing.processing().count == lat.count
