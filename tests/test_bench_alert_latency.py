@@ -1,7 +1,7 @@
 """`callshield bench alert-latency --tiny --json`: a real bridge (tiny fixture models)
-and its own redis-server; every marked call raised an alert whose Redis time follows
-the marker's onset, under load and in the single-call baseline, and every policy change
-reached the bridge."""
+and its own redis-server; every marked utterance raised an alert whose Redis time follows
+the marker's onset, under load and in the single-call baseline, each one measured from
+the utterance's last packet with its stages, and every policy change reached the bridge."""
 
 from __future__ import annotations
 
@@ -21,9 +21,16 @@ def test_bench_alert_latency_tiny_json() -> None:
     result = json.loads(out.stdout)
     assert result["benchmark"] == "alert-latency"
     load, base = result["load"], result["baseline_single_call"]
-    assert (load["calls"], load["no_alert"], load["latency"]["n"]) == (2, 0, 2)
-    assert (base["calls"], base["no_alert"], base["latency"]["n"]) == (1, 0, 1)
-    for dist in (load["latency"], base["latency"]):
-        assert dist["unit"] == "ms" and dist["p50"] > 0  # the alert follows the onset
+    assert (load["calls"], load["no_alert"], load["from_onset"]["n"]) == (2, 0, 2)
+    assert (base["calls"], base["no_alert"], base["from_onset"]["n"]) == (1, 0, 1)
+    for part in (load, base):
+        assert part["from_onset"]["unit"] == "ms" and part["from_onset"]["p50"] > 0
+        end = part["from_utterance_end"]
+        assert end["no_alert"] == 0 and end["latency"]["n"] == part["calls"]
+        # every alert's window was found and its stages add up to the whole
+        stages = end["stages"]
+        assert {s["n"] for s in stages.values()} == {part["calls"]}
+        total = sum(s["mean"] for s in stages.values())
+        assert abs(total - end["latency"]["mean"]) < 1.0
     assert result["policy_reload_reach"]["n"] == 5
     assert set(result["summary"]) >= {"load_p50_ms", "baseline_p50_ms", "ratio_p50"}

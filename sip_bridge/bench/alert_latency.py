@@ -3,17 +3,25 @@
 A real bridge in this process (its full wiring: native jitter buffer, detector runtime
 with the dev fixture models, fusion under the built-in policy, the Redis publisher) and
 its own redis-server. Calls come through the control API, each one external leg of real
-speech as µ-law RTP paced every 20 ms; the synthetic-voice fixture's marker tone starts
-``--lead-s`` into the call (spread over a second between calls). The latency is the time
-Redis stamped on the alert's first revision (its stream entry id, the server's clock)
-minus the wall-clock time at which the first marked packet was sent (loopback: its
-arrival). Rounds of ``--calls`` concurrent calls alternate with rounds of one call
-alone (the same-run baseline). A call whose marker raised no alert is counted, not
-sampled. Also measured: how long a policy stored in Redis takes to be in force on the
-bridge (``--policy-changes`` changes, while no call runs).
+speech as µ-law RTP paced every 20 ms: ``--lead-s`` of genuine speech (plus up to 0.9 s,
+spread between calls so utterances fall at every phase of the window grid), then one
+*suspicious utterance* of ``--utterance-s`` (speech with the synthetic-voice fixture's
+marker tone), then ``--tail-s`` of silence (the caller stops talking). Rounds of
+``--calls`` concurrent calls alternate with rounds of one call alone (the same-run
+baseline). A call whose utterance raised no alert is counted, not sampled.
 
-What it includes: the window the marker must fill (fixture window and hop), the N-of-M
-rule (2 of 3 windows), scheduling, inference, fusion and the XADD.
+Two latencies per call (the alert's first revision):
+- ``from_utterance_end`` (issue 5's goal): the wall-clock time the alert object was
+  handed to the publisher minus the send time of the utterance's last marked RTP packet
+  (loopback: its arrival). Negative when the alert was out before the utterance ended.
+- ``from_onset`` (DESIGN §10's detection latency): the Redis time of the alert's stream
+  entry minus the send time of the utterance's first marked packet.
+And where the first one goes, per alert (``stages``, ms): ``to_window_close`` (last marked
+packet -> the window that opened the alert was cut; negative when it was cut before the
+end), ``queue_wait``, ``inference`` (batch start -> result), ``held`` (result -> out of
+the result stages, e.g. the replay stage holding it for the allowlist) and ``fusion``
+(-> handed to the publisher). Also measured: how long a policy stored in Redis takes to
+be in force on the bridge (``--policy-changes`` changes, while no call runs).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import asyncio
 import logging
 import random
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,15 +41,18 @@ import numpy.typing as npt
 import redis
 import redis.asyncio
 
-from detectors.alert_schema import Alert, Dimension
+from detectors.alert_schema import Abstention, Alert, Dimension, ScoreUpdate
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
 from detectors.bus.policy import PolicyBody
 from detectors.bus.policy_store import PolicyStore
 from detectors.bus.redis_server import RedisServer, free_port
 from detectors.bus.settings import BusSettings
+from detectors.contract import WindowResult
+from detectors.fusion import AlertPublisher
 from detectors.model_store import ModelSettings
-from sip_bridge.bench.api_calls import ApiCall, BridgeHost, bridge_settings, marked
+from detectors.runtime import DetectorRuntime, DrainingStage, GatingStage, ResultStage
+from sip_bridge.bench.api_calls import ApiCall, BridgeHost, bridge_settings, utterance
 from sip_bridge.bench.report import summarize
 from sip_bridge.demo import find_speech, leg_audio
 from sip_bridge.wiring import Wiring
@@ -53,16 +65,83 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=8, help="concurrent calls per load round")
     parser.add_argument("--rounds", type=int, default=3, help="load rounds (and baseline rounds)")
     parser.add_argument("--lead-s", type=float, default=2.0, help="genuine speech before marker")
-    parser.add_argument("--marker-s", type=float, help="marked speech per call (default per model)")
+    parser.add_argument(
+        "--utterance-s", type=float, help="the marked utterance (default 3 s, tiny 0.6 s)"
+    )
+    parser.add_argument("--tail-s", type=float, default=5.0, help="silence after the utterance")
     parser.add_argument("--policy-changes", type=int, default=20)
+    parser.add_argument("--models", choices=("full", "tiny"), default="full", help="fixtures")
     parser.add_argument("--tiny", action="store_true", help="tiny fixtures, 2 calls, 1 round")
     parser.add_argument("--speech-dir", type=Path)
 
 
+_SV = Dimension.SYNTHETIC_VOICE
+_CLOCK = time.time() - time.monotonic()  # monotonic -> wall
+
+
+class _Stamps:
+    """Fusion's publisher and the runtime's result stages, wrapped: when each
+    synthetic_voice window left inference and the result stages, and when each call's
+    first alert was handed to the publisher (wall clock)."""
+
+    def __init__(self, runtime: DetectorRuntime) -> None:
+        self.publisher: AlertPublisher = runtime.fusion.publisher
+        self.stage: ResultStage | None = runtime.stage
+        self.windows: dict[tuple[str, float], tuple[float, float, float, float]] = {}
+        self.alerts: dict[str, tuple[float, float]] = {}  # call -> (handed, trigger end_s)
+        self._lock = threading.Lock()
+        runtime.fusion.publisher = self
+        runtime.stage = self
+
+    # ---- publisher
+    def publish_alert(self, alert: Alert) -> None:
+        if alert.dimension is _SV and alert.revision == 1:
+            end = max((r.end_s for r in alert.reasons), default=0.0)
+            with self._lock:
+                self.alerts.setdefault(alert.call_id, (time.time(), end))
+        self.publisher.publish_alert(alert)
+
+    def publish_score(self, update: ScoreUpdate) -> None:
+        self.publisher.publish_score(update)
+
+    # ---- result stage
+    def open_call(self, call_id: str, tenant: str = "default") -> None:
+        if self.stage is not None:
+            self.stage.open_call(call_id, tenant)
+
+    def end_call(self, call_id: str) -> None:
+        if self.stage is not None:
+            self.stage.end_call(call_id)
+
+    def gate(self, detector: str, call_id: str) -> Abstention | None:
+        return self.stage.gate(detector, call_id) if isinstance(self.stage, GatingStage) else None
+
+    def drain(self, call_id: str) -> tuple[WindowResult, ...]:
+        return self.stage.drain(call_id) if isinstance(self.stage, DrainingStage) else ()
+
+    def process(self, result: WindowResult) -> tuple[WindowResult, ...]:
+        t_in = time.time()
+        out = (result,) if self.stage is None else self.stage.process(result)
+        t_out = time.time()
+        with self._lock:
+            if result.dimension is _SV and result.score is not None:
+                key = (result.key.call_id, round(result.key.end_s, 3))
+                ready = result.ready_at + _CLOCK
+                self.windows[key] = (ready, result.queue_wait_s, t_in, t_in)
+            for r in out:
+                key = (r.key.call_id, round(r.key.end_s, 3))
+                if r.dimension is _SV and key in self.windows:
+                    ready, wait, t_scored, _ = self.windows[key]
+                    self.windows[key] = (ready, wait, t_scored, t_out)
+        return out
+
+
 def _round(
-    host: BridgeHost, audio: list[npt.NDArray[np.int16]], onsets: list[float]
+    host: BridgeHost, audio: list[npt.NDArray[np.int16]], onsets: list[float], length_s: float
 ) -> list[ApiCall]:
-    calls = [ApiCall(host.api_url, TOKEN, a, o) for a, o in zip(audio, onsets, strict=True)]
+    calls = [
+        ApiCall(host.api_url, TOKEN, a, o, o + length_s) for a, o in zip(audio, onsets, strict=True)
+    ]
     for c in calls:
         c.start()
     for c in calls:
@@ -71,7 +150,7 @@ def _round(
     return calls
 
 
-def _latencies(client: redis.Redis, keys: Keys, calls: list[ApiCall]) -> tuple[list[float], int]:
+def _from_onset(client: redis.Redis, keys: Keys, calls: list[ApiCall]) -> tuple[list[float], int]:
     """Alert first revision's Redis time minus onset, in ms, per call; and the misses."""
     first: dict[str, int] = {}
     entries: Any = client.xrange(keys.alerts)
@@ -83,12 +162,45 @@ def _latencies(client: redis.Redis, keys: Keys, calls: list[ApiCall]) -> tuple[l
             first.setdefault(msg.call_id, int(text.split("-")[0]))
     out, missed = [], 0
     for c in calls:
+        if c.refused:
+            continue
         ms = first.get(c.call_id)
         if ms is None or c.onset_wall is None:
             missed += 1
             continue
         out.append(ms - c.onset_wall * 1000.0)
     return out, missed
+
+
+def _from_end(stamps: _Stamps, calls: list[ApiCall]) -> dict[str, Any]:
+    """Handed to the publisher minus the utterance's last packet, and its stages (ms)."""
+    total: list[float] = []
+    stages: dict[str, list[float]] = {
+        k: [] for k in ("to_window_close", "queue_wait", "inference", "held", "fusion")
+    }
+    missed = 0
+    for c in calls:
+        if c.refused:
+            continue
+        got = stamps.alerts.get(c.call_id)
+        if got is None or c.offset_wall is None:
+            missed += 1
+            continue
+        handed, end_s = got
+        total.append((handed - c.offset_wall) * 1000.0)
+        w = stamps.windows.get((c.call_id, round(end_s, 3)))
+        if w is None:
+            continue
+        ready, wait, scored, out = w
+        parts = (ready - c.offset_wall, wait, scored - ready - wait, out - scored, handed - out)
+        for name, value in zip(stages, parts, strict=True):
+            stages[name].append(value * 1000.0)
+    return {
+        "latency": summarize(total, "ms"),
+        "before_end": sum(1 for t in total if t < 0),
+        "no_alert": missed,
+        "stages": {k: summarize(v, "ms") for k, v in stages.items()},
+    }
 
 
 def _policy_reach(url: str, keys: Keys, wiring: Wiring, changes: int) -> list[float]:
@@ -120,15 +232,15 @@ def _policy_reach(url: str, keys: Keys, wiring: Wiring, changes: int) -> list[fl
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     calls_n, rounds, changes = args.calls, args.rounds, args.policy_changes
-    models = "tiny" if args.tiny else "full"
-    marker_s = args.marker_s or (3.0 if args.tiny else 10.0)
-    lead_s = args.lead_s
+    models = "tiny" if args.tiny else args.models
+    utt_s = args.utterance_s or (0.6 if models == "tiny" else 3.0)
+    lead_s, tail_s = args.lead_s, args.tail_s
     if args.tiny:
-        calls_n, rounds, changes, lead_s = 2, 1, 5, 1.0
+        calls_n, rounds, changes, lead_s, tail_s = 2, 1, 5, 1.0, min(tail_s, 2.5)
     logging.getLogger("sip_bridge").setLevel(logging.WARNING)
     logging.getLogger("detectors").setLevel(logging.WARNING)
     files = find_speech(args.speech_dir)
-    seconds = lead_s + 1.0 + marker_s
+    seconds = lead_s + 1.0 + utt_s + tail_s
     with tempfile.TemporaryDirectory(prefix="cs-bench-alert-") as tmp:
         server = RedisServer(data_dir=Path(tmp) / "redis", port=free_port())
         server.start()
@@ -137,12 +249,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bus = BusSettings.model_validate(
                 {"redis_url": server.url, "state_dir": Path(tmp) / "state", "key_prefix": PREFIX}
             )
-            rtp = random.randrange(20000, 50000, 400)
+            # even ports only, quarantined after each call: room for every call of the run
+            span = 4 * (calls_n + 1) * rounds + 200
+            rtp = random.randrange(20000, 60000 - span, 400)
             wiring = Wiring(
-                bridge_settings(rtp, TOKEN, models, max_analysed_calls=max(64, calls_n)),
+                bridge_settings(
+                    rtp,
+                    TOKEN,
+                    models,
+                    max_analysed_calls=max(64, calls_n),
+                    rtp_ports=f"{rtp}-{rtp + span}",
+                ),
                 bus,
                 ModelSettings(models_dir=Path(tmp) / "no-models"),
             )
+            stamps = _Stamps(wiring.runtime)
             host = BridgeHost(wiring.settings, wiring)
             host.start()
             keys = Keys(PREFIX)
@@ -150,25 +271,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             load_calls: list[ApiCall] = []
             try:
                 for r in range(rounds):
-                    audio = leg_audio(files, r, seconds)
-                    base_calls += _round(host, [marked(audio, lead_s)], [lead_s])
+                    base_onset = lead_s + (r % 10) / 10.0
+                    audio = utterance(leg_audio(files, r, seconds), base_onset, utt_s)
+                    base_calls += _round(host, [audio], [base_onset], utt_s)
                     onsets = [lead_s + (i % 10) / 10.0 for i in range(calls_n)]
                     load_audio = [
-                        marked(leg_audio(files, r * calls_n + i, seconds), onsets[i])
+                        utterance(leg_audio(files, r * calls_n + i, seconds), onsets[i], utt_s)
                         for i in range(calls_n)
                     ]
-                    load_calls += _round(host, load_audio, onsets)
+                    load_calls += _round(host, load_audio, onsets, utt_s)
                 reach = _policy_reach(server.url, keys, wiring, changes)
                 time.sleep(0.5)  # the publisher flushes
-                base, base_missed = _latencies(client, keys, base_calls)
-                load, load_missed = _latencies(client, keys, load_calls)
+                base, base_missed = _from_onset(client, keys, base_calls)
+                load, load_missed = _from_onset(client, keys, load_calls)
             finally:
                 host.stop()
         finally:
             client.close()
             server.stop()
     load_s, base_s = summarize(load, "ms"), summarize(base, "ms")
-    p50, base_p50 = load_s.get("p50"), base_s.get("p50")
+    load_end, base_end = _from_end(stamps, load_calls), _from_end(stamps, base_calls)
+    p50, base_p50 = load_end["latency"].get("p50"), base_end["latency"].get("p50")
     return {
         "benchmark": "alert-latency",
         "setup": {
@@ -177,22 +300,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "concurrent_calls": calls_n,
             "rounds": rounds,
             "lead_s": lead_s,
-            "marker_s": marker_s,
-            "measured": "Redis stream time of the alert's first revision - send time of "
-            "the first marked RTP packet",
+            "utterance_s": utt_s,
+            "tail_s": tail_s,
+            "measured": "from_utterance_end: alert handed to the publisher - send time of "
+            "the utterance's last marked RTP packet; from_onset: Redis stream time of the "
+            "alert's first revision - send time of its first marked packet",
         },
-        "load": {"latency": load_s, "calls": len(load_calls), "no_alert": load_missed},
+        "load": {
+            "from_utterance_end": load_end,
+            "from_onset": load_s,
+            "calls": len(load_calls),
+            "refused": sum(c.refused for c in load_calls),  # 503: no detector capacity
+            "no_alert": load_missed,
+        },
         "baseline_single_call": {
-            "latency": base_s,
+            "from_utterance_end": base_end,
+            "from_onset": base_s,
             "calls": len(base_calls),
+            "refused": sum(c.refused for c in base_calls),  # 503: no detector capacity
             "no_alert": base_missed,
         },
         "policy_reload_reach": summarize(reach, "ms"),
         "summary": {
             "load_p50_ms": p50,
-            "load_p99_ms": load_s.get("p99"),
-            "load_p99.9_ms": load_s.get("p99.9"),  # only from 1,000 samples on
+            "load_p99_ms": load_end["latency"].get("p99"),
+            "load_p99.9_ms": load_end["latency"].get("p99.9"),  # only from 1,000 samples on
             "baseline_p50_ms": base_p50,
+            "baseline_p99_ms": base_end["latency"].get("p99"),
+            "load_from_onset_p50_ms": load_s.get("p50"),
+            "baseline_from_onset_p50_ms": base_s.get("p50"),
             "ratio_p50": round(p50 / base_p50, 2) if p50 and base_p50 else None,
             "policy_reach_max_ms": max(reach) if reach else None,
         },

@@ -5,8 +5,8 @@ what ``callshield bench alert-latency`` drives, and the policy hot-reload test t
 watcher) on its own event loop. ``ApiCall`` creates a monitored call with one external
 leg whose source address is given (no probation: every packet counts), sends its µ-law
 RTP paced every 20 ms from a thread, notes the wall-clock time (``time.time()``, the
-clock Redis stream ids come from) at which the first packet of a marked span left, and
-ends the call with DELETE.
+clock Redis stream ids come from) at which the first packet of a marked span left (and,
+with ``offset_s``, the last one), and ends the call with DELETE.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,16 @@ def marked(
     out = speech.astype(np.float64)
     out[start:] += tone
     return np.clip(out, -32768, 32767).astype(np.int16)
+
+
+def utterance(
+    speech: npt.NDArray[np.int16], onset_s: float, length_s: float, dbfs: float = -20.0
+) -> npt.NDArray[np.int16]:
+    """``speech`` with one marked utterance of ``length_s`` from ``onset_s``, then
+    silence: the caller stops talking (a suspicious utterance with an end)."""
+    out = marked(speech, onset_s, dbfs)
+    out[int((onset_s + length_s) * 8000) :] = 0
+    return out
 
 
 class BridgeHost:
@@ -104,14 +115,17 @@ class ApiCall:
     token: str
     audio: npt.NDArray[np.int16]
     onset_s: float | None = None  # where the marker starts in ``audio``
+    offset_s: float | None = None  # where it ends (the utterance's last packet before it)
     dnis: str = ""
     call_id: str = ""
     leg_id: str = ""
     sent: int = 0
     onset_wall: float | None = None  # time.time() when the onset's packet left
+    offset_wall: float | None = None  # time.time() when the marked span's last packet left
     started_wall: float = 0.0
     port: int = 0  # the leg's RTP port on the bridge
     error: str = ""
+    refused: bool = False
     _thread: threading.Thread | None = field(default=None, repr=False)
 
     def create(self) -> None:
@@ -127,14 +141,22 @@ class ApiCall:
         self.leg_id, self.port = leg["leg_id"], int(leg["rtp"]["port"])
 
     def start(self) -> None:
-        """Create the call, then stream its audio from a thread."""
-        self.create()
+        """Create the call, then stream its audio from a thread; a call the bridge
+        refuses (503: no capacity) is marked ``refused`` and sends nothing."""
+        try:
+            self.create()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503:
+                raise
+            self.refused = True
+            return
         self._thread = threading.Thread(target=self._send, name=f"rtp-{self.call_id}")
         self._thread.start()
 
     def _send(self) -> None:
         payload = ulaw_encode(self.audio)
         onset_frame = None if self.onset_s is None else int(self.onset_s * 8000) // FRAME
+        last_frame = None if self.offset_s is None else int(self.offset_s * 8000) // FRAME - 1
         ssrc = int.from_bytes(self.call_id.encode()[-4:].rjust(4, b"\0"), "big")
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -151,6 +173,8 @@ class ApiCall:
                     sock.sendto(
                         header + payload[k * FRAME : (k + 1) * FRAME], ("127.0.0.1", self.port)
                     )
+                    if k == last_frame:
+                        self.offset_wall = time.time()
                     self.sent += 1
         except OSError as exc:
             self.error = str(exc)
@@ -160,6 +184,8 @@ class ApiCall:
             self._thread.join(timeout=limit_s)
 
     def end(self) -> None:
+        if self.refused:
+            return
         _request(f"{self.api_url}/v1/calls/{self.call_id}", self.token, "DELETE")
 
 
