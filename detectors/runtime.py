@@ -8,7 +8,9 @@ together for the media process (the bridge builds one and feeds it every tick).
     every 20 ms: runtime.on_frames(ingest.pull_all(now_ns))
 
 ``on_frames`` runs on the playout-clock thread: it writes the frames into the bank and
-queues complete windows, nothing more; inference and fusion happen on the scheduler's
+queues complete windows (on each detector's hop grid and, for the dimensions in
+``RuntimeConfig.utterance_ends``, also at every utterance end: ``detectors.windowing``),
+nothing more; inference and fusion happen on the scheduler's
 threads. An optional ``ResultStage`` sees every window result before fusion and may turn
 it into others (the speaker biometrics: embeddings in, known_fraudster and
 voice_mismatch scores out, the embedding consumed there).
@@ -24,13 +26,13 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from detectors.admission import Admission, AdmissionConfig, Decision
-from detectors.alert_schema import Abstention, LegRole
+from detectors.alert_schema import Abstention, Dimension, LegRole
 from detectors.bus.policy import Scope
 from detectors.contract import Detector, WindowResult
 from detectors.fusion import AlertPublisher, Fusion, Policy
 from detectors.metrics import DetectorMetrics
 from detectors.scheduler import BatchObserver, LaneConfig, Scheduler
-from detectors.windowing import FrameBank, LegInfo, WindowJob, WindowPlan
+from detectors.windowing import FrameBank, LegInfo, UtteranceRule, WindowJob, WindowPlan
 from native.ingest import PulledFrames
 
 
@@ -70,6 +72,15 @@ class RuntimeConfig:
     lanes: LaneConfig | dict[str, LaneConfig] | None = None
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     node_id: str = "node"
+    # windows cut at utterance ends too (None: the hop grid only), and per dimension
+    # the least time since the plan's last window for such a window to be cut. replay
+    # takes every one, so synthetic_voice windows the replay stage holds for the
+    # allowlist find the fingerprint over the same audio at once.
+    utterances: UtteranceRule | None = field(default_factory=UtteranceRule)
+    utterance_ends: tuple[tuple[Dimension, float], ...] = (
+        (Dimension.SYNTHETIC_VOICE, 0.5),
+        (Dimension.REPLAY, 0.0),
+    )
 
 
 class DetectorRuntime:
@@ -92,7 +103,11 @@ class DetectorRuntime:
         self.bank = FrameBank(
             [d.spec.sample_rate for d in detectors], config.max_legs, config.ring_s
         )
-        self.plans: list[WindowPlan] = [self.bank.plan(d.spec) for d in detectors]
+        self.bank.utterances = config.utterances
+        gaps = dict(config.utterance_ends) if config.utterances is not None else {}
+        self.plans: list[WindowPlan] = [
+            self.bank.plan(d.spec, gaps.get(d.spec.dimension)) for d in detectors
+        ]
         self.fusion = Fusion(publisher, policy, config.node_id)
         self._lock = threading.Lock()
         self._on_result = on_result

@@ -3,8 +3,9 @@ bounded thread pool; a failing, hanging or late detector yields ``unavailable`` 
 windows and nothing else stalls (DESIGN §3).
 
 Per detector a lane holds a queue. The dispatcher thread starts a batch when the lane
-has ``max_batch`` windows or its oldest has waited ``max_wait_s``, and the lane has
-fewer than ``max_inflight`` batches running. A worker copies each window once, from
+has ``max_batch`` windows, its oldest has waited ``max_wait_s`` or an ``urgent`` window
+(one cut at an utterance end, whose score an alert may wait on) is queued, and the lane
+has fewer than ``max_inflight`` batches running. A worker copies each window once, from
 the frame bank's ring into a preallocated batch tensor, runs the detector (ONNX
 Runtime releases the GIL) and hands one ``WindowResult`` per window to the sink.
 
@@ -73,6 +74,7 @@ class _Lane:
     inflight: list[_Batch] = field(default_factory=list)
     buffers: list[FloatArray] = field(default_factory=list)
     errors_logged: set[str] = field(default_factory=set)
+    urgent: int = 0  # urgent windows queued
 
     @property
     def name(self) -> str:
@@ -147,6 +149,7 @@ class Scheduler:
             lane = self._lanes[job.detector]
             with self._cond:
                 lane.queue.append(job)
+                lane.urgent += job.urgent
             queued = True
         if queued:
             with self._cond:
@@ -213,13 +216,17 @@ class Scheduler:
             elif not batch.settled:
                 wake = min(wake, batch.deadline)
         while q and q[0].ready_at + cfg.deadline_s <= now:
-            expired.append((q.popleft(), "deadline"))
+            job = q.popleft()
+            lane.urgent -= job.urgent
+            expired.append((job, "deadline"))
         if q and len(lane.inflight) < cfg.max_inflight:
             oldest = q[0].ready_at
-            if len(q) >= cfg.max_batch or now - oldest >= cfg.max_wait_s or self._closing:
+            full = len(q) >= cfg.max_batch or lane.urgent > 0
+            if full or now - oldest >= cfg.max_wait_s or self._closing:
                 jobs: list[WindowJob] = []
                 while q and len(jobs) < cfg.max_batch:
                     job = q.popleft()
+                    lane.urgent -= job.urgent
                     if self._bank is not None and not self._bank.fresh(job):
                         expired.append((job, "stale"))
                     else:

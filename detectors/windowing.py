@@ -20,6 +20,16 @@ units lie mostly in frames marked as the internal leg's echo abstains ``echo``; 
 windows of a leg whose call has an echo reference are cut only once the gate's
 marks over them are final (up to ``span_s`` + 200 ms later).
 
+Utterance ends: with an ``UtteranceRule`` set as ``utterances``, the bank notes, per leg,
+where its speech last stopped (the last frame with speech energy, once ``hangover_s`` of
+no speech followed it, at least ``min_apart_s`` after the previous end). A plan made with
+``end_gap_s`` then also cuts a window *ending there* (marked ``urgent``: the scheduler
+runs it without waiting to fill a batch), unless its last window ended less than
+``end_gap_s`` before, and its fixed grid restarts from that end (next window one hop
+later). So the last words of an utterance are scored within tens of milliseconds of the
+caller falling silent, not up to a hop later, and the window count stays near one per
+hop (DESIGN §5).
+
 Leg time runs on the bank's tick from the moment the leg is added, so a leg missing
 from a pull keeps its timeline (its units are marked missing, its audio zeroed).
 """
@@ -66,6 +76,22 @@ def _flag_constants() -> tuple[int, int, int, int, int]:
         int(lib.CS_FRAME_CNG),
         int(lib.CS_FRAME_PAUSED),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class UtteranceRule:
+    """When a leg's speech counts as ended (see the module docstring)."""
+
+    hangover_s: float = 0.1  # no speech energy this long after the last voiced frame
+    min_apart_s: float = 0.5  # at least this long after the previous utterance end
+
+    @property
+    def hangover_frames(self) -> int:
+        return max(1, round(self.hangover_s * 1000 / FRAME_MS))
+
+    @property
+    def apart_frames(self) -> int:
+        return max(1, round(self.min_apart_s * 1000 / FRAME_MS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +146,7 @@ class WindowJob:
     start: int = 0
     length: int = 0
     tick: int = 0  # bank tick at which the window completed
+    urgent: bool = False  # cut at an utterance end: run it without batching delay
 
     def read_into(self, out: FloatArray) -> None:
         if self.ring is None:
@@ -179,6 +206,9 @@ class FrameBank:
         self.tones = ToneTracker(max_legs, float(self._gate))
         self.tone_share_min = SHARE_MIN  # of a window's active frames tonal -> abstain
         self.vad: SpeechMarks | None = None  # set before the first leg is added
+        self.utterances: UtteranceRule | None = None  # set to find utterance ends
+        self.last_voiced = np.full(max_legs, -1, np.int64)  # tick of the last voiced frame
+        self.utterance_end = np.zeros(max_legs, np.int64)  # tick after the last utterance
 
     # ---- legs -----------------------------------------------------------------------
 
@@ -191,6 +221,8 @@ class FrameBank:
         self._legs[stream_id] = _Leg(info, row, self.tick)
         self._active[row] = True
         self.units[row] = NOT_STARTED
+        self.last_voiced[row] = -1
+        self.utterance_end[row] = self.tick
         for ring in self.rings.values():
             ring.audio[row] = 0.0
             ring.resampler.reset([row])
@@ -269,6 +301,21 @@ class FrameBank:
             if missing.size:
                 self.vad.write(missing, self.tick, np.zeros((missing.size, 160), np.float32))
         self.tick += 1
+        if self.utterances is not None:
+            self._utterance_ends(self.utterances)
+
+    def _utterance_ends(self, rule: UtteranceRule) -> None:
+        """Legs whose speech stopped ``hangover`` ago: note where (vectorised)."""
+        lv = self.last_voiced
+        end = lv + 1
+        done = (
+            self._active
+            & (lv >= 0)
+            & (self.tick - end >= rule.hangover_frames)
+            & (end - self.utterance_end >= rule.apart_frames)
+        )
+        if done.any():
+            self.utterance_end[done] = end[done]
 
     def _write(
         self,
@@ -291,7 +338,11 @@ class FrameBank:
             x[paused] = 0.0  # DESIGN §2: paused audio never reaches a detector
         power = np.mean((x.reshape(len(rows), UNITS_PER_FRAME, -1)) ** 2, axis=2)
         received = code == REAL
-        code[received & (power > self._gate)] |= SPEECH_BIT
+        voiced_units = received & (power > self._gate)
+        code[voiced_units] |= SPEECH_BIT
+        voiced = np.count_nonzero(voiced_units, axis=1) >= UNITS_PER_FRAME // 2
+        if voiced.any():
+            self.last_voiced[rows[voiced]] = self.tick
         active, tonal = self.tones.update(rows, x)
         code[received & active[:, None]] |= BAND_BIT
         code[received & tonal[:, None]] |= TONE_BIT
@@ -307,7 +358,8 @@ class FrameBank:
 
     # ---- windows --------------------------------------------------------------------
 
-    def plan(self, spec: DetectorSpec) -> WindowPlan:
+    def plan(self, spec: DetectorSpec, end_gap_s: float | None = None) -> WindowPlan:
+        """``end_gap_s``: also cut windows at utterance ends (see the module docstring)."""
         if spec.sample_rate not in self.rings:
             raise ValueError(f"{spec.name}: the bank has no ring at {spec.sample_rate} Hz")
         ring = self.rings[spec.sample_rate]
@@ -316,7 +368,7 @@ class FrameBank:
             raise ValueError(
                 f"{spec.name}: window longer than the ring ({self.ring_frames} frames)"
             )
-        return WindowPlan(self, spec, ring)
+        return WindowPlan(self, spec, ring, end_gap_s)
 
     def fresh(self, job: WindowJob, margin_frames: int = 2) -> bool:
         """Whether the ring still holds the job's audio (not yet overwritten)."""
@@ -389,9 +441,13 @@ class FrameBank:
 class WindowPlan:
     """Where each leg's next window (for one detector) ends; see FrameBank.plan."""
 
-    def __init__(self, bank: FrameBank, spec: DetectorSpec, ring: RateRing) -> None:
+    def __init__(
+        self, bank: FrameBank, spec: DetectorSpec, ring: RateRing, end_gap_s: float | None = None
+    ) -> None:
         self.bank, self.spec, self.ring = bank, spec, ring
         self._next_end: dict[int, int] = {}  # stream id -> leg-relative end sample
+        self._last_end: dict[int, int] = {}  # stream id -> end of the last window cut
+        self._end_gap = None if end_gap_s is None else int(end_gap_s * spec.sample_rate)
         self._unit_samples = spec.sample_rate * FRAME_MS // 1000 // UNITS_PER_FRAME
         self._voice = spec.dimension in VOICE_DIMENSIONS
         self._gated = spec.min_net_speech_s > 0.0
@@ -415,15 +471,25 @@ class WindowPlan:
                 if vad_settled is not None:
                     ready = min(ready, max(0, vad_settled - leg.first_tick) * ring.spf)
             end = self._next_end.get(sid, spec.window)
+            last = self._last_end.get(sid, 0)
             while end <= ready:
                 jobs.append(self._job(sid, leg, end, written, now))
-                end += spec.hop
-            self._next_end[sid] = end
+                last, end = end, end + spec.hop
+            if self._end_gap is not None and bank.utterances is not None:
+                # the leg's last utterance end, if not yet covered: a window ending there
+                cut = int(bank.utterance_end[leg.row] - leg.first_tick) * ring.spf
+                if spec.window <= cut <= ready and cut - last >= max(1, self._end_gap):
+                    jobs.append(self._job(sid, leg, cut, written, now, urgent=True))
+                    last, end = cut, cut + spec.hop  # the grid restarts from the end
+            self._next_end[sid], self._last_end[sid] = end, last
         for sid in [s for s in self._next_end if s not in bank._legs]:
             del self._next_end[sid]
+            self._last_end.pop(sid, None)
         return jobs
 
-    def _job(self, sid: int, leg: _Leg, end: int, written: int, now: float) -> WindowJob:
+    def _job(
+        self, sid: int, leg: _Leg, end: int, written: int, now: float, urgent: bool = False
+    ) -> WindowJob:
         spec, bank, ring = self.spec, self.bank, self.ring
         start = end - spec.window
         us = self._unit_samples
@@ -459,7 +525,17 @@ class WindowPlan:
         ring_start = leg.first_tick * ring.spf + start
         tick_of_end = bank.tick - (written - end) // ring.spf
         return WindowJob(
-            spec.name, key, quality, None, now, ring, leg.row, ring_start, spec.window, tick_of_end
+            spec.name,
+            key,
+            quality,
+            None,
+            now,
+            ring,
+            leg.row,
+            ring_start,
+            spec.window,
+            tick_of_end,
+            urgent,
         )
 
 

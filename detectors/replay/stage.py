@@ -20,8 +20,11 @@ window's fingerprint; it is consumed here, for an EXTERNAL leg only:
    for later windows and other calls.
 
 synthetic_voice results wait here (at most ``max_hold_s``, and never while the
-tenant's allowlist is empty) until the leg's replay windows have reached their end, so
-the allowlist decision covering them is known; at hang-up ``drain`` hands over what
+tenant's allowlist is empty) until the leg's replay windows have reached their end
+(within ``cover_slack_s``: the two detectors' windows differ by 37.5 ms in length), so
+the allowlist decision covering them is known; the runtime cuts a replay window at
+every utterance end where it cuts a synthetic_voice one, so the wait is the replay
+lane's few milliseconds, not a hop; at hang-up ``drain`` hands over what
 still waits. A result of any other detector passes untouched. The fingerprint never leaves this
 object: results going on carry no embedding.
 """
@@ -62,6 +65,7 @@ class ReplayConfig:
     candidate_anis: int = 5  # distinct ANIs before audio is proposed as benign
     max_hold_s: float = 4.0  # how long a synthetic_voice result may wait for replay
     heard_before_s: float = 0.25  # another call must have heard the audio this much earlier
+    cover_slack_s: float = 0.1  # replay windows this close to a window's end cover it
     node_id: str = "node"
 
 
@@ -280,7 +284,7 @@ class ReplayStage:
             allow = self.state.allowlist(call.tenant)
             if (allow is None or len(allow) == 0) and not call.allowed.get(key.leg_id):
                 return (result,)  # nothing to match: no reason to wait
-            if call.watermark.get(key.leg_id, -1.0) < key.end_s:
+            if call.watermark.get(key.leg_id, -1.0) < key.end_s - self.config.cover_slack_s:
                 call.held.append((self._clock(), result))
                 return self._release_expired(call)
             return (self._judge(call, result),)
@@ -305,7 +309,8 @@ class ReplayStage:
             if call is None or not call.held:
                 return ()
             mark = call.watermark.get(leg_id, 0.0)
-            due = [(r.key.leg_id == leg_id and r.key.end_s <= mark) for _, r in call.held]
+            slack = self.config.cover_slack_s
+            due = [(r.key.leg_id == leg_id and r.key.end_s - slack <= mark) for _, r in call.held]
             ready = [r for (_, r), d in zip(call.held, due, strict=True) if d]
             call.held = [h for h, d in zip(call.held, due, strict=True) if not d]
             out = [self._judge(call, r) for r in ready]

@@ -207,3 +207,37 @@ def test_an_internal_legs_fingerprint_is_never_used(prompts: list[F32]) -> None:
     assert all(r.embedding is None for r in out)
     state.settle()
     assert len(state.recent()) == 0 and stage.stats.refused_leg == len(out)
+
+
+def _synthetic(start: float, end: float, score: float = 0.95) -> WindowResult:
+    return WindowResult(
+        key=WindowKey("c", "ext", LegRole.EXTERNAL, start, end),
+        detector="aasist",
+        model_version="1",
+        dimension=Dimension.SYNTHETIC_VOICE,
+        provider="cpu",
+        score=score,
+        threshold=0.5,
+        abstained=None,
+        quality=WindowQuality(net_speech_s=3.0),
+    )
+
+
+def test_a_synthetic_window_just_past_the_replay_windows_is_judged_at_once(
+    prompts: list[F32],
+) -> None:
+    """The AASIST window is 37.5 ms longer than the replay one: a synthetic_voice window
+    ending that little past the leg's replay windows is judged then, not held a hop."""
+    state = MemoryReplayState()
+    prompt = _speech(prompts, 60, 8.0)
+    state.set_allowlist("default", [Clip("al_1", fingerprint(prompt), "al_1", 0.0)])
+    stage = ReplayStage(state)
+    stage.open_call("c")
+    audio = np.concatenate([_g711(prompt, 0.5, 80), _speech(prompts, 5, 8.0)])
+    replay = _windows("c", audio)
+    _run(stage, [r for r in replay if r.key.end_s <= 6.0])
+    (over_prompt,) = stage.process(_synthetic(2.0375, 6.0375))
+    assert over_prompt.abstained is Abstention.ALLOWLISTED
+    assert stage.process(_synthetic(2.3, 6.3)) == ()  # past the slack: waits for replay
+    released = [r for r in _run(stage, replay) if r.dimension is Dimension.SYNTHETIC_VOICE]
+    assert [r.key.end_s for r in released] == [6.3]
