@@ -20,5 +20,4 @@ locals {
   secret_arns     = compact([var.redis_auth_token_secret_arn, var.sip_tls_secret_arn])
   terminate_wait  = var.drain_timeout_s + 300
   sip_ports       = local.tls ? [5060, 5061] : [5060]
-  redis_client_sg = [aws_security_group.bridge.id]
 }
