@@ -166,6 +166,7 @@ _NATIVE_NAMES = {
     "PCMU": "PCMU",
     "PCMA": "PCMA",
     "G722": "G722",
+    "L16": "L16",
     "OPUS": "opus",
     "CN": "CN",
     "TELEPHONE-EVENT": "telephone-event",

@@ -23,8 +23,14 @@ from sip_bridge.sip.sdes import CryptoLine, answer_value, choose
 from sip_bridge.sip.sdp import MediaDescription, RtpMap, SessionDescription
 
 # What the native core decodes (native/jitter.py's codec table), as (encoding, RTP clock):
-# G.722 runs an 8 kHz clock over 16 kHz audio (RFC 3551), Opus always 48 kHz (RFC 7587).
-AUDIO_CODECS: Final = frozenset({("PCMU", 8000), ("PCMA", 8000), ("G722", 8000), ("OPUS", 48000)})
+# G.722 runs an 8 kHz clock over 16 kHz audio (RFC 3551), Opus always 48 kHz (RFC 7587),
+# L16 (network byte order, mono or stereo) at the rates the core resamples to the leg's.
+L16_RATES: Final = (8000, 12000, 16000, 24000, 32000, 44100, 48000)
+AUDIO_CODECS: Final = frozenset(
+    {("PCMU", 8000), ("PCMA", 8000), ("G722", 8000), ("OPUS", 48000)}
+    | {("L16", rate) for rate in L16_RATES}
+)
+MAX_CHANNELS: Final = 2  # L16 with more is not accepted (Opus is always "2" in SDP)
 EVENT_CODECS: Final = frozenset({("TELEPHONE-EVENT", 8000), ("CN", 8000)})
 
 
@@ -101,7 +107,11 @@ def _negotiate_one(
         if crypto is None:
             return NegotiatedStream(index, False, label=m.label, reject_reason=why)
     maps = m.rtpmaps
-    chosen = [p for p in maps.values() if (p.encoding.upper(), p.clock_rate) in audio_codecs]
+    chosen = [
+        p
+        for p in maps.values()
+        if (p.encoding.upper(), p.clock_rate) in audio_codecs and p.channels <= MAX_CHANNELS
+    ]
     if not chosen:
         return rejected
     extras = [p for p in maps.values() if (p.encoding.upper(), p.clock_rate) in EVENT_CODECS]

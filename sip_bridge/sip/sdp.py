@@ -35,6 +35,8 @@ STATIC_PAYLOADS: Final = {
     4: RtpMap(4, "G723", 8000),
     8: RtpMap(8, "PCMA", 8000),
     9: RtpMap(9, "G722", 8000),
+    10: RtpMap(10, "L16", 44100, 2),
+    11: RtpMap(11, "L16", 44100),
     13: RtpMap(13, "CN", 8000),
     18: RtpMap(18, "G729", 8000),
 }
