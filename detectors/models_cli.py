@@ -63,6 +63,12 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("speech_dir", type=Path)
     p.add_argument("--datasets", default="speechocean762")
     p.add_argument("--fraction", type=float, default=0.25, help="share of speakers (hash)")
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=200,
+        help="adaptive S-norm: each score normalised by its K closest cohort members",
+    )
     p = verbs.add_parser(
         "train-synthetic",
         help="train CallShield's own 8 kHz synthetic_voice model from the shared corpus "
@@ -177,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verb == "build-cohort":
         from detectors.speaker.cohort import run_cli as build_cohort
 
-        return build_cohort(store, args.speech_dir, args.datasets, args.fraction)
+        return build_cohort(store, args.speech_dir, args.datasets, args.fraction, args.top_k)
     if args.verb == "train-synthetic":
         from detectors.synthetic.build import run_cli as train_synthetic
 

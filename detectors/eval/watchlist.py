@@ -12,9 +12,10 @@ Data (a MANIFEST.csv speech folder; speechocean762 has two utterances per speake
   the listed speakers' enrolment audio (×0.9, ×0.95, ×1.05, ×1.1: new pseudo-speakers,
   as in Kaldi's speed perturbation) and then with two listed speakers' enrolment audio
   back to back. None of them shares a speaker with an unlisted caller.
-- a call is a false match when any of its scored windows (after ``min_net_speech_s``)
-  reaches the known_fraudster policy threshold; a hit when the listed speaker's own
-  entry is the one matched.
+- a call is a false match when its known_fraudster result (the watchlist is searched
+  once, at ``min_net_speech_s``) reaches the policy threshold; a hit when the listed
+  speaker's own entry is the one matched. The same scores are also counted at the
+  threshold the Gaussian calibration alone would have chosen (before the tail fit).
 - handoff: an unlisted caller claims their own enrolled account, then hands the phone
   to another unlisted speaker ("let me put my wife on"): the call's highest band under
   the default policy (fusion included) is counted.
@@ -37,7 +38,7 @@ from detectors.contract import FloatArray, WindowKey, WindowQuality, WindowResul
 from detectors.fusion import Fusion, Policy
 from detectors.speaker.biometrics_stage import BiometricsConfig, SpeakerBiometrics
 from detectors.speaker.cohort import Clip, Embedder, corpus, in_cohort
-from detectors.speaker.scoring import SLOPE, Cohort
+from detectors.speaker.scoring import SLOPE, Cohort, gaussian_threshold_for_size
 from detectors.speaker.shared_state import StaticSpeakerState
 from detectors.speaker.watchlist_index import WatchlistIndex
 
@@ -276,8 +277,9 @@ def evaluate_watchlist(
             for s in listed:
                 score, matched = run.known_fraudster(bio, hit_probe[s])
                 t.targets += 1
-                t.target_scores.append(_snorm(score, index.threshold))
-                if score >= 0.5 and matched == f"real:{s}":
+                own = matched == f"real:{s}"  # another entry matching is no hit
+                t.target_scores.append(_snorm(score, index.threshold) if own else -math.inf)
+                if score >= 0.5 and own:
                     t.hits += 1
             probes = [(s, caller[s]) for s in unlisted] + extra
             for s, clip in probes:
@@ -287,7 +289,14 @@ def evaluate_watchlist(
                 t.impostor_scores.append(_snorm(score, index.threshold))
                 if score >= 0.5:
                     t.false_matches += 1
-    sizes_out = {str(n): _size_report(tallies[n], cfg.target_rate) for n in cfg.sizes}
+    sizes_out = {
+        str(n): _size_report(
+            tallies[n],
+            cfg.target_rate,
+            gaussian_threshold_for_size(n, cfg.target_rate, cohort.calibration),
+        )
+        for n in cfg.sizes
+    }
     return {
         "model": manifest.key,
         "speech_dir": str(speech_dir),
@@ -298,6 +307,10 @@ def evaluate_watchlist(
             "mean": round(cohort.calibration.mean, 4),
             "sd": round(cohort.calibration.sd, 4),
             "trials": cohort.calibration.trials,
+            "tail_u": round(cohort.calibration.tail_u, 4),
+            "tail_beta": round(cohort.calibration.tail_beta, 4),
+            "tail_share": round(cohort.calibration.tail_share, 4),
+            "top_k": cohort.top_k,
         },
         "target_rate": cfg.target_rate,
         "min_net_speech_s": cfg.min_net_speech_s,
@@ -308,12 +321,18 @@ def evaluate_watchlist(
     }
 
 
-def _size_report(t: _Tally, target: float) -> dict[str, Any]:
+def _size_report(t: _Tally, target: float, gaussian: float) -> dict[str, Any]:
     imp = sorted(t.impostor_scores, reverse=True)
     allowed = math.floor(target * len(imp))
     needed = imp[allowed] if allowed < len(imp) else float("-inf")
     hits_at_needed = sum(1 for s in t.target_scores if s > needed)
+    fm_gauss = sum(1 for s in imp if s >= gaussian)
     return {
+        "gaussian_threshold_snorm": round(gaussian, 3),
+        "false_matches_at_gaussian": fm_gauss,
+        "hit_rate_at_gaussian": sum(1 for s in t.target_scores if s >= gaussian)
+        / max(len(t.target_scores), 1),
+        "false_match_upper95_by_calls": _clopper_pearson_upper(t.false_matches, t.impostor_calls),
         "entries": t.entries,
         "threshold_snorm": round(t.threshold, 3),
         "impostor_calls": t.impostor_calls,
@@ -437,8 +456,11 @@ def format_text(r: dict[str, Any]) -> str:
         f"target per-call false-match {100 * r['target_rate']:.2f} %",
         f"  cohort {r['cohort_utterances']} utterances; S-normed impostor mean "
         f"{r['calibration']['mean']}, sd {r['calibration']['sd']}",
-        "  size  entries(real/speed/mix)  thr   false matches         upper95  hits        "
-        "thr needed  hits then",
+        f"  S-norm top-{r['calibration']['top_k']} cohort; impostor tail: "
+        f"{100 * r['calibration']['tail_share']:.0f} % above {r['calibration']['tail_u']}, "
+        f"mean excess {r['calibration']['tail_beta']}",
+        "  size  entries(real/speed/mix)  thr   false matches         upper95 spk/calls  "
+        "hits          thr needed  hits then | Gaussian thr: false matches, hits",
     ]
     for n, s in r["sizes"].items():
         e = s["entries"]
@@ -446,9 +468,12 @@ def format_text(r: dict[str, Any]) -> str:
             f"  {n:>5}  {e.get('real', 0):>4}/{e.get('speed', 0):>4}/{e.get('mixture', 0):>4}"
             f"       {s['threshold_snorm']:5.2f} {s['false_matches']:>4}/{s['impostor_calls']:<6}"
             f"({100 * s['false_match_rate']:.2f} %)  "
-            f"{100 * s['false_match_upper95_by_speakers']:5.1f} %"
+            f"{100 * s['false_match_upper95_by_speakers']:5.1f}/"
+            f"{100 * s['false_match_upper95_by_calls']:.2f} %"
             f"  {s['hits']:>4}/{s['target_calls']:<5} ({100 * s['hit_rate']:.1f} %)"
             f"  {s['threshold_needed_on_this_data']:6.2f}  {100 * s['hit_rate_at_needed']:.1f} %"
+            f" | {s['gaussian_threshold_snorm']:.2f}: {s['false_matches_at_gaussian']}, "
+            f"{100 * s['hit_rate_at_gaussian']:.1f} %"
         )
     v = r["voice_mismatch"]
     lines.append(

@@ -98,6 +98,7 @@ def build_cohort(
     speech_dir: Path,
     datasets: Sequence[str] = DEFAULT_DATASETS,
     fraction: float = DEFAULT_FRACTION,
+    top_k: int = TOP_K,
 ) -> tuple[Cohort, list[str]]:
     from detectors.speaker.evaluate import load_audio
 
@@ -115,13 +116,15 @@ def build_cohort(
     if len(set(speakers)) < 3:
         raise ValueError(f"{speech_dir}: fewer than 3 cohort speakers in {list(datasets)}")
     e = np.stack(vectors).astype(np.float32)
-    cal = calibrate(e, speakers, TOP_K)
-    return Cohort(e, TOP_K, cal), speakers
+    cal = calibrate(e, speakers, top_k)
+    return Cohort(e, top_k, cal), speakers
 
 
 def save_cohort(path: Path, cohort: Cohort, speakers: list[str], meta: dict[str, Any]) -> None:
     c = cohort.calibration
-    info = {**meta, "calibration": {"mean": c.mean, "sd": c.sd, "trials": c.trials}}
+    cal = {"mean": c.mean, "sd": c.sd, "trials": c.trials}
+    cal |= {"tail_u": c.tail_u, "tail_beta": c.tail_beta, "tail_share": c.tail_share}
+    info = {**meta, "calibration": cal}
     tmp = path.with_suffix(".tmp.npz")
     np.savez(
         tmp,
@@ -140,12 +143,21 @@ def load_cohort(path: Path) -> tuple[Cohort, list[str], dict[str, Any]]:
         cohort = Cohort(
             np.asarray(z["embeddings"], np.float32),
             int(z["top_k"]),
-            Calibration(float(c["mean"]), float(c["sd"]), int(c["trials"])),
+            Calibration(
+                float(c["mean"]),
+                float(c["sd"]),
+                int(c["trials"]),
+                float(c.get("tail_u", 0.0)),  # files before the tail fit: Gaussian
+                float(c.get("tail_beta", 0.0)),
+                float(c.get("tail_share", 0.0)),
+            ),
         )
         return cohort, [str(s) for s in z["speakers"]], info
 
 
-def run_cli(store: Any, speech_dir: Path, datasets: str, fraction: float) -> int:
+def run_cli(
+    store: Any, speech_dir: Path, datasets: str, fraction: float, top_k: int = TOP_K
+) -> int:
     from detectors.speaker.deriver import NAME
 
     try:
@@ -156,7 +168,7 @@ def run_cli(store: Any, speech_dir: Path, datasets: str, fraction: float) -> int
     names = tuple(d for d in datasets.split(",") if d)
     try:
         cohort, speakers = build_cohort(
-            installed.model_path, installed.manifest, speech_dir, names, fraction
+            installed.model_path, installed.manifest, speech_dir, names, fraction, top_k
         )
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {exc}")
@@ -173,7 +185,8 @@ def run_cli(store: Any, speech_dir: Path, datasets: str, fraction: float) -> int
     print(
         f"cohort for {installed.manifest.key}: {len(speakers)} utterances of "
         f"{len(set(speakers))} speakers ({', '.join(names)}, hash fraction {fraction}) -> {path}\n"
-        f"  S-normed impostor scores among them: mean {c.mean:.3f}, sd {c.sd:.3f} "
-        f"({c.trials} trials)"
+        f"  S-normed impostor scores among them (top-{cohort.top_k} cohort): mean "
+        f"{c.mean:.3f}, sd {c.sd:.3f}, upper {100 * c.tail_share:.0f} % above {c.tail_u:.3f} "
+        f"with mean excess {c.tail_beta:.3f} ({c.trials} trials)"
     )
     return 0

@@ -6,12 +6,15 @@
   whose cosine statistics normalise scores: symmetric S-norm,
   ``½·((s − μ_e)/σ_e + (s − μ_p)/σ_p)``, with μ/σ of the entry's and the probe's
   cosines against the cohort's top-k closest members (adaptive S-norm).
-- ``Calibration``: mean and spread of S-normed *impostor* scores among the cohort's
-  own speakers (leave-one-speaker-out), from which ``threshold_for_size`` derives the
-  S-norm threshold that keeps the per-call false-match rate of an N-entry watchlist
-  at a target, assuming independent Gaussian impostor scores:
-  ``P(max of N ≥ t) = 1 − (1 − q)^N``. ``callshield eval --watchlist-sizes`` measures
-  how well that holds.
+- ``Calibration``: S-normed *impostor* scores among the cohort's own speakers
+  (leave-one-speaker-out): their mean and spread, and an exponential fit of their
+  upper tail (peaks over the ``TAIL_SHARE`` quantile: ``q(t) = p·exp(−(t − u)/β)``,
+  a generalised Pareto tail with shape 0). ``threshold_for_size`` derives the S-norm
+  threshold that keeps the per-call false-match rate of an N-entry watchlist at a
+  target, with independent impostor scores: ``P(max of N ≥ t) = 1 − (1 − q)^N``, q
+  from the fitted tail (the Gaussian of mean/spread only for a cohort file without
+  one: it underestimates the tail, issue 10). ``callshield eval --watchlist-sizes``
+  measures how well that holds.
 - ``to_unit``: S-norm → [0, 1] for fusion, a logistic with the chosen threshold at 0.5.
 """
 
@@ -29,6 +32,7 @@ F64 = npt.NDArray[np.float64]
 
 SLOPE = 2.0  # logistic slope of to_unit per S-norm unit: +0.69 above threshold -> 0.8
 MIN_SD = 1e-3
+TAIL_SHARE = 0.05  # the impostor tail fitted: scores above this upper quantile
 
 
 def l2_normalise(x: FloatArray) -> FloatArray:
@@ -57,11 +61,22 @@ def aggregate(embeddings: FloatArray, weights: npt.ArrayLike | None = None) -> F
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """S-normed impostor scores: mean, spread, how many trials they came from."""
+    """S-normed impostor scores: mean, spread, how many trials they came from, and the
+    exponential fit of their upper tail (``tail_share`` of them above ``tail_u``, mean
+    excess ``tail_beta``; share 0: no tail fitted, the Gaussian is used)."""
 
     mean: float = 0.0
     sd: float = 1.0
     trials: int = 0
+    tail_u: float = 0.0
+    tail_beta: float = 0.0
+    tail_share: float = 0.0
+
+    def false_match(self, t: float) -> float:
+        """P(one impostor score ≥ t)."""
+        if self.tail_share > 0.0 and t >= self.tail_u:
+            return self.tail_share * math.exp(-(t - self.tail_u) / self.tail_beta)
+        return 1.0 - NormalDist(self.mean, self.sd).cdf(t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +113,38 @@ def s_norm(raw: F64, entry: tuple[F64, F64], probe: tuple[float, float]) -> F64:
 
 def threshold_for_size(size: int, target_rate: float, calibration: Calibration) -> float:
     """The S-norm threshold at which an N-entry watchlist falsely matches a caller who
-    is on it with probability ``target_rate`` (per call), Gaussian tail assumed."""
+    is not on it with probability ``target_rate`` (per call): from the fitted
+    exponential tail where the calibration has one and the per-entry rate lies in it,
+    else from the Gaussian of its mean and spread."""
     if not 0.0 < target_rate < 1.0:
         raise ValueError("target_rate must be in (0, 1)")
     n = max(1, size)
     q = -math.expm1(math.log1p(-target_rate) / n)  # 1 - (1 - r)^(1/n), accurate for small r
-    z = NormalDist().inv_cdf(1.0 - q)
-    return calibration.mean + calibration.sd * z
+    c = calibration
+    if 0.0 < q < c.tail_share:
+        return c.tail_u + c.tail_beta * math.log(c.tail_share / q)
+    return c.mean + c.sd * NormalDist().inv_cdf(1.0 - q)
+
+
+def gaussian_threshold_for_size(size: int, target_rate: float, calibration: Calibration) -> float:
+    """The threshold the Gaussian model alone gives (for comparison in evaluations)."""
+    c = calibration
+    return threshold_for_size(size, target_rate, Calibration(c.mean, c.sd, c.trials))
+
+
+def fit(scores: npt.ArrayLike, tail_share: float = TAIL_SHARE) -> Calibration:
+    """Mean, spread and the exponential upper tail of impostor scores (at least 10
+    scores in the tail; fewer: no tail)."""
+    a = np.sort(np.asarray(scores, np.float64))[::-1]
+    if a.size < 2:
+        raise ValueError("calibration needs at least 2 impostor scores")
+    m = int(tail_share * a.size)
+    mean, sd = float(a.mean()), max(float(a.std()), MIN_SD)
+    if m < 10:
+        return Calibration(mean, sd, int(a.size))
+    u = float(a[m])
+    beta = max(float((a[:m] - u).mean()), MIN_SD)
+    return Calibration(mean, sd, int(a.size), u, beta, m / a.size)
 
 
 def to_unit(score: float, threshold: float, slope: float = SLOPE) -> float:
@@ -147,5 +187,4 @@ def calibrate(cohort_embeddings: FloatArray, speakers: list[str], top_k: int = 2
             scores.append(0.5 * ((r - mus[j, i]) / sds[j, i] + (r - mus[i, j]) / sds[i, j]))
     if len(scores) < 2:
         raise ValueError("calibration needs at least 2 cohort speakers")
-    a = np.asarray(scores)
-    return Calibration(float(a.mean()), max(float(a.std()), MIN_SD), int(a.size))
+    return fit(scores)
