@@ -3,26 +3,29 @@ bridge in-process (tiny dev fixture models, no speaker model, so no speaker biom
 publishing to a real redis-server; a call placed through the control API streams real
 speech as µ-law RTP, marked from 1 s on. The stored policy caps synthetic voice at
 ``elevated`` with threshold 0.5; its rule for the queue ``vip`` lowers the threshold to
-0.4 and lifts the cap. After the first alert, the claim the dashboard's
-``PATCH /api/v1/calls/{id}`` writes (``queue: vip``) reaches the bridge's claims
-consumer, and the alert's next revisions are raised under the queue's rule."""
+0.4 and lifts the cap. After the first alert, an analyst's API key
+sends ``PATCH /api/v1/calls/{id}`` ``{"queue": "vip"}`` to the real dashboard app (same
+Redis); the claim reaches the bridge's claims consumer, and the alert's next revisions
+are raised under the queue's rule."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import urllib.request
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
-import redis.asyncio
+from argon2 import PasswordHasher
 from bridge_runner import load_speech, wait_for
+from fastapi.testclient import TestClient
 from test_policy_hot_reload import _alerts, _apply
 
+from dashboard.app import create_app
+from dashboard.auth import Role
+from dashboard.settings import DashboardSettings
 from detectors.alert_schema import Band
-from detectors.bus.biometrics import CallUpdate, new_id
-from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.keys import Keys
 from detectors.bus.settings import BusSettings
 from detectors.model_store import ModelSettings
@@ -38,26 +41,18 @@ POLICY = {
 }
 
 
-def _claim_queue(url: str, keys: Keys, call_id: str, queue: str) -> None:
-    """What the dashboard's PATCH handler does: the call must be live, then the claim."""
-
-    async def go() -> None:
-        r = redis.asyncio.Redis.from_url(url)
-        try:
-            store = BiometricsStore(r, keys)
-            assert await store.live_call(call_id) is not None
-            update = CallUpdate(
-                command_id=new_id("cu"),
-                call_id=call_id,
-                queue=queue,
-                requested_by="agent-desktop",
-                at=datetime.now(UTC),
-            )
-            await store.submit_update(update)
-        finally:
-            await r.aclose()
-
-    asyncio.run(go())
+@contextmanager
+def _dashboard(bus: BusSettings) -> Iterator[tuple[TestClient, dict[str, str]]]:
+    """The dashboard app on the bridge's Redis, and an analyst API key's headers."""
+    settings = DashboardSettings(
+        session_key="k" * 48, allowed_origins=["https://testserver"], listen="127.0.0.1:8080"
+    )
+    hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+    app = create_app(settings, bus, password_hasher=hasher)
+    with TestClient(app, base_url="https://testserver") as client:
+        ctx = app.state.ctx
+        _, key = client.portal.call(ctx.api_keys.create, "agent-desktop", Role.ANALYST)
+        yield client, {"Authorization": f"Bearer {key}"}
 
 
 def test_claimed_queue_policy_applies_mid_call(
@@ -79,7 +74,9 @@ def test_claimed_queue_policy_applies_mid_call(
         call = ApiCall(host.api_url, TOKEN, marked(load_speech(shared_dir, 12.0), 1.0), 1.0)
         call.start()
         assert wait_for(lambda: bool(_alerts(client, keys, call.call_id)), 15)
-        _claim_queue(url, keys, call.call_id, "vip")
+        with _dashboard(settings) as (dash, auth):
+            done = dash.patch(f"/api/v1/calls/{call.call_id}", json={"queue": "vip"}, headers=auth)
+            assert done.status_code == 202 and done.json()["fields"] == ["queue"], done.text
         assert wait_for(
             lambda: any(
                 a.thresholds["threshold"] == 0.4 for a in _alerts(client, keys, call.call_id)
