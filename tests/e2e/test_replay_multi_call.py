@@ -10,12 +10,22 @@ The replay must find the three calls by Call-ID, tie every RTP stream to its cal
 SDP addresses and ports (re-INVITE included, SSRC collision told apart), report the stray
 stream as unassociated, and give each call exactly the report that replaying a capture
 of that call alone gives (text and JSON).
+
+A second capture is real: tcpdump on the loopback while SIPp places two overlapping
+SIPREC calls (multipart bodies, two m-lines) into a real bridge; both calls are found and
+each one's RTP is tied to it through the bridge's SDP answer.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import signal
 import struct
+import subprocess
+import threading
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +34,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from bridge_runner import load_speech
+from bridge_runner import free_udp_port, load_speech, running_bridge
+from rtp_pcap import write_rtp_pcap
 
 from detectors.fixture_models import MARKER_HZ
 from native.codec import build_rtp, ulaw_encode
@@ -327,3 +338,88 @@ def test_multi_call_text_report_and_call_id_flag(
     assert "=== call 1 of 1: SIP Call-ID c@capture.test" in text
     assert "external  ssrc 0xaaaa0001 10.0.1.3:40004 -> 10.0.9.9:30004" in text
     assert "alerts: none" in text and "unassociated: none" in text
+
+
+def _sipp_siprec(
+    workdir: Path, sip_port: int, media_port: int, audio: npt.NDArray[np.int16], seconds: float
+) -> subprocess.Popen[bytes]:
+    """One SIPREC call from SIPp (multipart SDP + metadata, two m-lines; stream 1 plays
+    ``audio``) to the bridge."""
+    workdir.mkdir()
+    write_rtp_pcap(workdir / "speech.pcap", audio, ssrc=0x5EED00 + sip_port % 1000)
+    scenario = (Path(__file__).resolve().parents[1] / "sip/scenarios/uac_siprec.xml").read_text()
+    pause = f'<pause milliseconds="{int(seconds * 1000)}"/>'
+    (workdir / "call.xml").write_text(scenario.replace('<pause milliseconds="2600"/>', pause))
+    sipp = shutil.which("sipp")
+    assert sipp, "SIPp (Debian sip-tester) is required: .ci/install.sh installs it"
+    for _ in range(3):
+        cmd = [sipp, "-sf", "call.xml", "-i", "127.0.0.1", "-p", str(free_udp_port())]
+        cmd += ["-mp", str(media_port), "-m", "1", "-timeout", "25s", "-nostdin"]
+        cmd += ["-set", "port2", str(free_udp_port()), f"127.0.0.1:{sip_port}"]
+        with (workdir / "sipp.log").open("wb") as log:
+            proc = subprocess.Popen(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+        time.sleep(0.5)
+        # a port taken between choosing and binding it (other tests share this machine):
+        # SIPp stops before sending its INVITE; no call was placed, so place it again
+        text = (workdir / "sipp.log").read_text(errors="replace")
+        if proc.poll() in (None, 0) or not re.search(r"INVITE ---------->\s+0\s", text):
+            return proc
+    return proc
+
+
+def test_a_real_capture_of_overlapping_siprec_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tcpdump records SIPp placing two overlapping SIPREC calls (multipart bodies, two
+    m-lines each, real speech) into a real bridge; the replay finds both calls by their
+    Call-ID and ties each one's RTP to it through the bridge's SDP answer."""
+    tcpdump = shutil.which("tcpdump")
+    assert tcpdump, "tcpdump is required: .ci/install.sh installs it"
+    speech = load_speech(SHARED, 4.0, skip=30).astype(np.float64)
+    n = np.arange(speech.size) / 8000
+    marked = np.clip(
+        speech + 32768 * 10 ** (-20 / 20) * np.sin(2 * np.pi * MARKER_HZ * n), -32768, 32767
+    ).astype(np.int16)
+    genuine = load_speech(SHARED, 3.0, skip=40)
+    pcap = tmp_path / "siprec.pcap"
+    media = [free_udp_port(), free_udp_port()]
+    with running_bridge() as bridge:
+        # this call's traffic only (other tests on this machine use loopback too)
+        cmd = [tcpdump, "-i", "lo", "-U", "-n", "--time-stamp-precision=nano", "-w", str(pcap)]
+        cmd += ["udp", "and", f"(port {bridge.sip_port} or port {media[0]} or port {media[1]})"]
+        dump = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        assert dump.stderr is not None
+        ready = threading.Event()
+        threading.Thread(
+            target=lambda: [ready.set() for line in dump.stderr if "listening" in line],  # type: ignore[union-attr]
+            daemon=True,
+        ).start()
+        assert ready.wait(10), "tcpdump did not start listening"
+        try:
+            calls = [_sipp_siprec(tmp_path / "marked", bridge.sip_port, media[0], marked, 4.0)]
+            time.sleep(1.0)
+            calls.append(
+                _sipp_siprec(tmp_path / "genuine", bridge.sip_port, media[1], genuine, 3.0)
+            )
+            for p in calls:
+                assert p.wait(30) == 0, (tmp_path / "marked" / "sipp.log").read_text()[-2000:]
+            time.sleep(0.3)
+        finally:
+            dump.send_signal(signal.SIGINT)
+            dump.wait(10)
+    doc = _replay(capsys, pcap)
+    assert len(doc["calls"]) == 2, doc["calls_without_media"]
+    assert doc["unassociated"] == []
+    marked_call, genuine_call = doc["calls"]  # in the order their INVITEs were sent
+    for call, seconds in ((marked_call, 4.0), (genuine_call, 3.0)):
+        ext = call["legs"][0]
+        assert ext["role"] == "external" and ext["analysed"]
+        # SIPp's BYE may cut the last few packets of its playback
+        assert int(seconds * 50) - 15 <= ext["packets_in_file"] <= int(seconds * 50)
+        assert ext["packets_received"] == ext["packets_in_file"]
+        assert ext["source"].startswith(f"ssrc 0x{0x5EED00 + bridge.sip_port % 1000:08x}")
+    assert f"127.0.0.1:{media[0]} ->" in marked_call["legs"][0]["source"]
+    assert f"127.0.0.1:{media[1]} ->" in genuine_call["legs"][0]["source"]
+    assert [a["dimension"] for a in marked_call["alerts"]] == ["synthetic_voice"]
+    assert genuine_call["alerts"] == []
+    assert marked_call["sip_call_id"] != genuine_call["sip_call_id"]
