@@ -12,7 +12,7 @@ Conditions (``CONDITIONS``):
   delivered 20 ms after sending into the native jitter buffer, pulled every 20 ms of
   virtual time; the decoded frames go through the runtime's ``FrameBank`` (polyphase
   resampling to the model rate, unit codes, speech gate) and ``WindowPlan`` exactly as the
-  media process feeds them.
+  media process feeds them (with the runtime's default utterance-end windows too).
 - ``g711_loss5``: as ``g711`` with 5 % of packets dropped (Bernoulli, seeded per call:
   reproducible), concealed by the jitter buffer; windows with more than the model's
   ``max_concealed_ratio`` of concealed audio abstain, as they would live.
@@ -45,6 +45,7 @@ from detectors.contract import Detector, WindowKey, WindowQuality, WindowResult
 from detectors.eval.audio import FloatArray, read_audio, resample, to_int16
 from detectors.eval.dataset import Item
 from detectors.fusion import Fusion, Policy
+from detectors.runtime import RuntimeConfig
 from detectors.scheduler import LaneConfig, Scheduler
 from detectors.windowing import (
     FRAME_MS,
@@ -258,7 +259,10 @@ def _telephone_wave(
         streams.append(telephone_frames(x, rate, loss, _call_seed(it.call_id, seed)))
     bank = FrameBank([d.spec.sample_rate for d in detectors], max_legs=len(wave))
     scheduler = _scheduler(detectors, collector, bank)
-    plans = [bank.plan(d.spec) for d in detectors]
+    live = RuntimeConfig()  # windows as the media process cuts them, utterance ends too
+    bank.utterances = live.utterances
+    gaps = dict(live.utterance_ends) if live.utterances is not None else {}
+    plans = [bank.plan(d.spec, gaps.get(d.spec.dimension)) for d in detectors]
     longest_window = max(
         -(-d.spec.window * 1000 // (d.spec.sample_rate * FRAME_MS)) for d in detectors
     )
