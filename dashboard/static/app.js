@@ -35,6 +35,9 @@
 
   // --- alert queue ------------------------------------------------------------------
   const alertBody = document.querySelector("#alerts tbody");
+  // the live queue keeps the newest rows only: a table that grows without end costs
+  // more layout per alert (never fewer than the page was rendered with)
+  const maxAlertRows = alertBody ? Math.max(200, alertBody.rows.length) : 0;
   function upsertAlert(a) {
     let row = alertBody.querySelector('tr[data-alert-id="' + CSS.escape(a.alert_id) + '"]');
     if (!row) {
@@ -51,9 +54,28 @@
     cell(row, "score", a.score.toFixed(2)); cell(row, "call", link);
     cell(row, "updated", new Date(a.updated_at).toLocaleTimeString([], { hour12: false }));
     fillTriage(row, a.triage);
-    row.classList.remove("fresh"); void row.offsetWidth; row.classList.add("fresh");
+    flash(row);
+    while (alertBody.rows.length > maxAlertRows) alertBody.lastElementChild.remove();
     const count = document.getElementById("alert-count");
     if (count) count.textContent = alertBody.querySelectorAll("tr[data-alert-id]").length;
+  }
+  // new or updated rows stay highlighted for a while: a static background set and
+  // cleared by one timer, not a CSS animation (which repaints every row it runs on at
+  // every frame) and no forced layout per alert (a reflow of the whole table each time)
+  const FLASH_MS = 2000;
+  const flashing = new Map();
+  let sweep = null;
+  function flash(row) {
+    row.classList.add("fresh");
+    flashing.set(row, performance.now() + FLASH_MS);
+    if (sweep) return;
+    sweep = setInterval(() => {
+      const now = performance.now();
+      for (const [r, until] of flashing) {
+        if (until <= now) { r.classList.remove("fresh"); flashing.delete(r); }
+      }
+      if (flashing.size === 0) { clearInterval(sweep); sweep = null; }
+    }, 250);
   }
   function buildRow() {
     const row = document.createElement("tr");
