@@ -57,8 +57,18 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
         return NULL;
     ing->cfg = cfg;
     ing->epfd = ing->evfd = -1;
+    /* A real-time receiver waits on locks that normal threads hold (a pull holds a leg's
+     * mutex, a control call the demux table): with priority inheritance the holder runs
+     * at the receiver's priority until it lets go, instead of sitting preempted by the
+     * host's other work while the receiver waits (on a loaded 2-vCPU VM, per-leg
+     * sockets: kernel stamp -> buffer p99.9 0.5-2 ms without it, 40-100 us with it). */
+    pthread_mutexattr_t pi, *ma = NULL;
+    if (cfg.rt_priority > 0 && pthread_mutexattr_init(&pi) == 0) {
+        if (pthread_mutexattr_setprotocol(&pi, PTHREAD_PRIO_INHERIT) == 0)
+            ma = &pi;
+    }
     pthread_mutex_init(&ing->table_mu, NULL);
-    pthread_mutex_init(&ing->demux_mu, NULL);
+    pthread_mutex_init(&ing->demux_mu, ma);
     ing->streams = calloc(cfg.max_streams, sizeof *ing->streams);
     ing->sockets = calloc(cfg.max_sockets ? cfg.max_sockets : 1, sizeof *ing->sockets);
     ing->msgs = calloc(cfg.batch, sizeof *ing->msgs);
@@ -72,14 +82,16 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
     uint64_t seed = (uint64_t)rx_clock_ns(CLOCK_REALTIME) ^ (uint64_t)(uintptr_t)ing;
     int demux_rc = cs_demux_init(&ing->demux, LEG_KEYS * cfg.max_streams + 2 * LEG_KEYS, seed);
     for (uint32_t i = 0; ing->streams && i < cfg.max_streams; i++) {
-        pthread_mutex_init(&ing->streams[i].mu, NULL);
+        pthread_mutex_init(&ing->streams[i].mu, ma);
         ing->streams[i].fd = -1;
         ing->streams[i].shared = -1;
     }
     for (uint32_t i = 0; ing->sockets && i < cfg.max_sockets; i++) {
-        pthread_mutex_init(&ing->sockets[i].mu, NULL);
+        pthread_mutex_init(&ing->sockets[i].mu, ma);
         ing->sockets[i].fd = -1;
     }
+    if (ma)
+        pthread_mutexattr_destroy(ma);
     if (!ing->streams || !ing->sockets || !ing->msgs || !ing->iovs || !ing->addrs ||
         !ing->bufs || !ing->cmsgs || ing->epfd < 0 || ing->evfd < 0 || demux_rc != 0) {
         cs_ingest_free(ing);
