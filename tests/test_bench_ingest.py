@@ -45,8 +45,6 @@ def test_every_receiver_gets_every_packet(result: dict[str, Any]) -> None:
         r = run[name]
         assert r["latency"]["n"] == r["received"] - 20  # one probation packet per leg
         assert r["datagrams_per_recvmmsg"] >= 1.0
-    # a per-leg socket never holds more than a datagram or two; the shared one can
-    assert run["native_per_leg"]["recvmmsg_calls"] >= run["native_shared"]["recvmmsg_calls"]
 
 
 def test_report_names_each_comparison(result: dict[str, Any]) -> None:
