@@ -21,6 +21,7 @@ from detectors.alert_schema import (
     Dimension,
     Reason,
 )
+from detectors.bus.node_status import NodeStatus
 
 BAND_RANK: dict[Band, int] = {Band.LOW: 0, Band.ELEVATED: 1, Band.HIGH: 2}
 Label = Literal["true_positive", "false_positive"]
@@ -239,6 +240,16 @@ class StreamHealth(BaseModel):
     groups: list[dict[str, int | str | None]] = Field(default_factory=list)
 
 
+class NodeHealth(BaseModel):
+    """A bridge node: ``state`` is its summary's (starting / ready / draining), ``lost``
+    without a heartbeat, ``unknown`` with a heartbeat but no summary (an older bridge)."""
+
+    node_id: str
+    state: str
+    last_seen_s: float | None = None  # age of the summary (one heartbeat at most, when live)
+    status: NodeStatus | None = None
+
+
 class Health(BaseModel):
     redis_ok: bool
     redis_version: str | None = None
@@ -247,6 +258,7 @@ class Health(BaseModel):
     live_calls: int = 0
     live_feed_clients: int = 0
     live_feed_behind: int | None = None  # alert entries not yet fanned out
+    nodes: list[NodeHealth] = Field(default_factory=list)
 
 
 class CallFilters(BaseModel):

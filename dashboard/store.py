@@ -20,6 +20,7 @@ import redis.asyncio
 
 from dashboard.keys import DashKeys
 from dashboard.masking import mask_ids, mask_number, mask_text
+from dashboard.nodes import read_nodes
 from dashboard.schemas import (
     BAND_RANK,
     AlertPublic,
@@ -430,6 +431,7 @@ class DashboardStore:
                 "events": await self._stream(self.keys.events, groups=False),
             }
             live = int(await self._r.zcard(self.keys.live_calls))
+            nodes = await read_nodes(self._r, self.keys, datetime.fromtimestamp(self._clock(), UTC))
         except (redis.RedisError, OSError) as exc:
             return Health(redis_ok=False, error=type(exc).__name__)
         return Health(
@@ -437,6 +439,7 @@ class DashboardStore:
             redis_version=str(info.get("redis_version")),
             streams=streams,
             live_calls=live,
+            nodes=nodes,
         )
 
     # --- system state -------------------------------------------------------------------

@@ -86,6 +86,11 @@ class Admission:
             return 0.0
         return float(np.percentile(np.fromiter(self._waits, float), 99))
 
+    def active(self) -> int:
+        """Calls admitted for analysis now."""
+        with self._lock:
+            return len(self._calls)
+
     def remaining(self) -> int:
         with self._lock:
             return max(0, self._capacity() - len(self._calls))

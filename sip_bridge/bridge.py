@@ -78,6 +78,8 @@ class Bridge:
             max_delay_ms=s.jitter_max_delay_ms,
         )
         self.controller = CallController(self.media, self.publisher, analysis)
+        if self.wiring is not None:
+            self.wiring.draining = lambda: self.controller.draining
         config = UasConfig(
             host=s.advertised_address or host,
             port=port,

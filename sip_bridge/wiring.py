@@ -56,6 +56,7 @@ from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.evidence import EvidenceRecorder
 from sip_bridge.gc_discipline import Frozen, freeze_after_warm_up, thaw
 from sip_bridge.http import StatusServer
+from sip_bridge.node_status import node_status
 from sip_bridge.settings import Settings, split_host_port
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,14 @@ class Wiring:
         )
         self.bus = AlertPublisher(self.client, self.bus_settings)
         # heartbeat of this process, and the reaper of lost nodes' calls
-        self.liveness = NodeLiveness(self.client, self.bus_settings, self.bus.boot)
+        self.liveness = NodeLiveness(
+            self.client,
+            self.bus_settings,
+            self.bus.boot,
+            status=lambda: node_status(self, self.bus_settings.node_id, self.bus.boot),
+        )
+        # the bridge points this at its controller's drain flag (the status summary)
+        self.draining: Callable[[], bool] = lambda: False
         self.enricher = EnrichingPublisher(self.bus)
         self.windows = WindowTally()
         bs = self.bus_settings

@@ -19,7 +19,8 @@ Call state: ``call:<call_id>`` hash for live calls (the last call event, and
 Node liveness (``detectors.bus.liveness``): ``node:<node_id>`` the node's heartbeat (its
 process's boot id, with a TTL), ``nodes`` hash boot id -> node id of every bridge process
 that may own live calls, ``node:<node_id>:<boot>:calls`` the live calls that process
-owns, ``nodes:reaper`` the short lock under which one bridge ends a lost node's calls.
+owns, ``nodes:reaper`` the short lock under which one bridge ends a lost node's calls,
+``nodestatus:<node_id>`` the node's status summary JSON (same TTL as its heartbeat).
 Detector shared state: ``watchlist:<tenant>`` hash entry id -> entry JSON with its
 ``watchlist:<tenant>:version`` counter (bumped by every change: the bridges' caches
 reload on it), ``enrol:<tenant>:<subject>`` enrolment JSON (``detectors.bus.biometrics``),
@@ -90,6 +91,11 @@ class Keys:
     def node(self, node_id: str) -> str:
         """The node's heartbeat: its current process's boot id, expiring unless renewed."""
         return f"{self.prefix}node:{node_id}"
+
+    def node_status(self, node_id: str) -> str:
+        """The node's status summary (``detectors.bus.node_status``), renewed with its
+        heartbeat and expiring with it."""
+        return f"{self.prefix}nodestatus:{node_id}"
 
     def node_calls(self, node_id: str, boot: str) -> str:
         """Set of the live calls one bridge process (node id + boot id) owns."""

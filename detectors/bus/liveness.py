@@ -2,8 +2,10 @@
 
 Every bridge process renews a heartbeat, ``node:<node_id>`` = its boot id with a TTL of
 ``node_ttl_s`` (default three heartbeats), every ``node_heartbeat_s``, and registers
-itself in ``nodes`` (boot id -> node id). The publisher records each live call's owner
-(``node`` and ``boot`` in ``call:<id>``, and the set ``node:<node>:<boot>:calls``).
+itself in ``nodes`` (boot id -> node id); with a ``status`` callable it also renews
+its summary ``nodestatus:<node_id>`` (``detectors.bus.node_status``, same TTL). The
+publisher records each live call's owner (``node`` and ``boot`` in ``call:<id>``, and
+the set ``node:<node>:<boot>:calls``).
 
 The reaper runs in every bridge, on the heartbeat thread: bridges are the component
 always deployed, and the one whose ACL user already writes call state (the dashboard
@@ -42,6 +44,7 @@ import redis
 from detectors.alert_schema import Alert, CallEvent, CallState
 from detectors.bus.call_state import CallStateWriter
 from detectors.bus.keys import Keys
+from detectors.bus.node_status import NodeStatus
 from detectors.bus.publisher import CALL_RISK, XADD_ALERT, risk_rank
 from detectors.bus.settings import BusSettings
 
@@ -64,6 +67,7 @@ class LivenessStats:
     processes_reaped: int = 0
     bad_calls: int = 0  # call hashes that did not parse: ended with a minimal event
     redis_errors: int = 0
+    status_errors: int = 0  # status summaries that could not be composed (beat kept)
 
 
 class Reaper:
@@ -178,8 +182,11 @@ class NodeLiveness:
         settings: BusSettings,
         boot: str,
         on_reaped: Callable[[list[str]], None] | None = None,
+        status: Callable[[], NodeStatus] | None = None,
     ) -> None:
+        """``status``: composes this node's summary, written with every heartbeat."""
         self._r, self._s, self.boot = client, settings, boot
+        self.status = status
         self._k = Keys(settings.key_prefix)
         self.reaper = Reaper(client, settings, boot)
         self.stats = self.reaper.stats
@@ -189,11 +196,26 @@ class NodeLiveness:
         self._thread: threading.Thread | None = None
 
     def beat(self) -> None:
+        ttl_ms = int(self._s.node_ttl_s * 1000)
+        summary = self._summary()
         pipe = self._r.pipeline(transaction=False)
-        pipe.set(self._k.node(self._s.node_id), self.boot, px=int(self._s.node_ttl_s * 1000))
+        pipe.set(self._k.node(self._s.node_id), self.boot, px=ttl_ms)
         pipe.hset(self._k.nodes, self.boot, self._s.node_id)
+        if summary is not None:
+            pipe.set(self._k.node_status(self._s.node_id), summary, px=ttl_ms)
         pipe.execute()
         self.stats.beats += 1
+
+    def _summary(self) -> str | None:
+        """The status JSON, or None if composing it failed (the heartbeat goes anyway)."""
+        if self.status is None:
+            return None
+        try:
+            return self.status().model_dump_json()
+        except Exception:
+            self.stats.status_errors += 1
+            log.exception("node status not composed; heartbeat sent without it")
+            return None
 
     def tick(self) -> list[str]:
         """One heartbeat, then one reaping pass if this process gets the lock."""
