@@ -70,7 +70,21 @@ def test_live_calls_through_the_runtime_alert_only_on_the_marked_one() -> None:
 def test_demo_without_a_model_says_how_to_install_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "--seconds", "1", "--calls", "1", "--models-dir", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--media-core",
+                "--seconds",
+                "1",
+                "--calls",
+                "1",
+                "--models-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "call 1 caller (clean)" in out  # the media-core report is still there
     assert "no synthetic-voice model is installed" in out
@@ -86,7 +100,7 @@ def test_demo_with_an_installed_synthetic_voice_model(
     models = tmp_path / "models"
     assert main(["models", "import-aasist", str(ckpt), "--out", str(models)]) == 0
     capsys.readouterr()
-    args = ["demo", "--seconds", "5", "--calls", "1", "--detection-calls", "2"]
+    args = ["demo", "--media-core", "--seconds", "5", "--calls", "1", "--detection-calls", "2"]
     assert main([*args, "--models-dir", str(models)]) == 0
     out = capsys.readouterr().out
     assert "detections with aasist-l" in out

@@ -1,4 +1,4 @@
-"""``callshield demo``: live calls through the native media core, on this machine.
+"""``callshield demo --media-core``: live calls through the native media core alone.
 
 What exists today is the media core, so that is what the demo runs, for real: several
 calls' legs are sent as µ-law RTP over UDP on 127.0.0.1, each through a seeded
@@ -24,7 +24,6 @@ import time
 import wave
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,20 +42,6 @@ PROFILES: dict[str, ImpairmentConfig] = {
 }
 
 
-def add_parser(sub: Any, name: str) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        name, help="run live RTP calls through the media core and report what it saw"
-    )
-    parser.add_argument("--seconds", type=float, default=10.0, help="call length")
-    parser.add_argument("--calls", type=int, default=5, help="calls, two legs each")
-    parser.add_argument("--speech-dir", type=Path, help="8 kHz 16-bit mono WAV files")
-    parser.add_argument("--models-dir", type=Path, help="default: CALLSHIELD_MODELS_DIR")
-    parser.add_argument(
-        "--detection-calls", type=int, default=4, help="calls of the detection part (with a model)"
-    )
-    parser.set_defaults(run=run)
-
-
 def find_speech(explicit: Path | None) -> list[Path]:
     """Real speech for the calls: --speech-dir, the project's shared data, or Debian's
     asterisk-core-sounds-en-wav (installed by .ci/install.sh)."""
@@ -64,7 +49,7 @@ def find_speech(explicit: Path | None) -> list[Path]:
     env = os.environ.get("CALLSHIELD_SHARED")
     if env:
         candidates.append(Path(env) / "data/speech/asterisk_prompts/en")
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     candidates += [
         repo.parent / "shared/data/speech/asterisk_prompts/en",
         Path("/usr/share/asterisk/sounds/en_US_f_Allison"),
