@@ -117,6 +117,9 @@ def create_app(
             webhooks=WebhookAdmin(client, keys, webhook_key, bus.webhook_allow_private_targets),
             oidc=OidcClient(oidc_config) if oidc_config else None,
             oidc_states=LoginStates(client, dash),
+            api_limit=RateLimiter(client, dash, settings.api_requests, settings.api_window_s)
+            if settings.api_requests
+            else None,
         )
         app.state.evidence = EvidenceDesk(
             client, dash, evidence_vault, evidence_settings.receipt_grace_s, clock

@@ -253,5 +253,15 @@ class RateLimiter:
         count, _ = await pipe.execute()
         return int(count) <= self._limit
 
+    async def retry_after(self, what: str, who: str) -> int:
+        """Counts one hit; 0 within the limit, else the seconds until the window ends."""
+        key = self._k.rate(what, hashlib.sha256(who.encode()).hexdigest()[:32])
+        pipe = self._r.pipeline(transaction=True)
+        pipe.incr(key)
+        pipe.expire(key, self._window, nx=True)
+        pipe.ttl(key)
+        count, _, ttl = await pipe.execute()
+        return 0 if int(count) <= self._limit else max(1, int(ttl))
+
     async def reset(self, what: str, who: str) -> None:
         await self._r.delete(self._k.rate(what, hashlib.sha256(who.encode()).hexdigest()[:32]))

@@ -7,7 +7,8 @@ really theirs (CSRF).
   carry the session's CSRF token (``X-CSRF-Token`` header, or a ``csrf_token`` form field)
   and, when the browser sends an ``Origin``, one from the allowlist; else 403.
 - ``api(role)`` answers 401 to nobody; ``page(role)`` redirects nobody to the login page.
-  Either answers 403 to a role below ``role``.
+  Either answers 403 to a role below ``role``. ``api(role)`` also counts the principal's
+  requests: 429 with ``Retry-After`` past the configured API rate limit.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Context:
     webhooks: WebhookAdmin
     oidc: OidcClient | None
     oidc_states: LoginStates
+    api_limit: RateLimiter | None = None  # per principal on /api/v1; None: no limit
 
     @property
     def cookie_name(self) -> str:
@@ -124,12 +126,26 @@ def _require(role: Role, page: bool) -> Callable[[Request, Context], Awaitable[P
             if page:
                 raise LoginRequiredError()
             raise HTTPException(401, "not authenticated", headers={"WWW-Authenticate": "Bearer"})
+        if not page:
+            await check_api_rate(ctx, who)
         if who.role < role:
             raise HTTPException(403, f"needs the {role.label} role")
         await check_csrf(request, ctx, who)
         return who
 
     return dependency
+
+
+async def check_api_rate(ctx: Context, who: Principal) -> None:
+    """429 with Retry-After past ``api_requests`` per ``api_window_s`` for this principal
+    (an API key, or a person's session user: all their sessions together)."""
+    if ctx.api_limit is None:
+        return
+    wait = await ctx.api_limit.retry_after("api", f"{who.kind}:{who.name}")
+    if wait:
+        raise HTTPException(
+            429, f"API rate limit exceeded; retry in {wait} s", headers={"Retry-After": str(wait)}
+        )
 
 
 def api(role: Role) -> object:

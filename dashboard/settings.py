@@ -37,6 +37,10 @@ class DashboardSettings(BaseSettings):
     login_attempts: int = Field(default=5, ge=1)  # per client address and per user ...
     login_window_s: int = Field(default=60, ge=1)  # ... in this window, then 429
     live_connects: int = Field(default=30, ge=1)  # live-feed connects per address/window
+    # /api/v1 requests per principal (API key or session user) per window, then 429 with
+    # Retry-After; 0: no limit. The default allows 5x the 100/s an IVR's risk lookups ask
+    api_requests: int = Field(default=30_000, ge=0)
+    api_window_s: int = Field(default=60, ge=1)
     live_queue: int = Field(default=1000, ge=1)  # per client; a slower client is dropped
     alerts_scan: int = Field(default=2000, ge=10)  # newest alert entries the views read
     scores_scan: int = Field(default=20_000, ge=10)  # newest score entries (call timeline)

@@ -191,6 +191,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "CALLSHIELD_REDIS_URL": server.url,
                 "CALLSHIELD_STATE_DIR": str(Path(tmp) / "state"),
                 "CALLSHIELD_KEY_PREFIX": "bench:",
+                # saturation is the server's, not the per-key API rate limit's (default
+                # 30,000/min: above the 100/s goal rate, below a closed loop's)
+                "CALLSHIELD_DASHBOARD_API_REQUESTS": "0",
             }
             bus = BusSettings.model_validate(
                 {"redis_url": server.url, "state_dir": Path(tmp) / "pub", "key_prefix": "bench:"}
