@@ -29,6 +29,7 @@ import redis.asyncio
 from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard.keys import DashKeys
+from dashboard.related import replayed_with
 from detectors.alert_schema import Alert, CallEvent, Dimension
 from detectors.bus.codec import decode_alert
 
@@ -220,14 +221,18 @@ class CallFacts:
         return await self._linked(have, anis, entries, replay=True)
 
     async def related(self, call_id: str) -> list[dict[str, Any]]:
-        """Other recent calls with the call's ANI hash or a watchlist entry it matched
-        (the call page): the checked links only, no replay guesses."""
+        """Other recent calls with the call's ANI hash or a watchlist entry it matched,
+        and those the replay stage matched its audio with (the call page): the checked
+        links only, no replay guesses."""
         this = await self.call(call_id, LinkKind.MANUAL, "", "")
         if this is None:
             return []
         entries = {a.watchlist_entry for a in this.alerts if a.watchlist_entry}
         anis = {this.ani_hash} if this.ani_hash else set()
-        return await self._linked({call_id}, anis, entries, replay=False)
+        linked = await self._linked({call_id}, anis, entries, replay=False)
+        shown = {r["call_id"] for r in linked}
+        replayed = await replayed_with(self._r, self._k, call_id, await self._events())
+        return linked + [r for r in replayed if r["call_id"] not in shown]
 
     async def _linked(
         self, have: set[str], anis: set[str], entries: set[str], replay: bool

@@ -105,6 +105,10 @@ class EvidenceDesk:
         meta, blob = found
         return meta, self._vault.open(meta, blob)  # ValueError: another key
 
+    def open(self, meta: EvidenceMeta, blob: bytes) -> bytes:
+        """A record's content (ValueError: sealed under another key, or altered)."""
+        return self._vault.open(meta, blob)
+
     async def clip_wav(self, call_id: str, alert_id: str) -> tuple[EvidenceMeta, bytes]:
         meta, pcm = await self._open(call_id, f"clip:{alert_id}")
         return meta, wav_bytes(pcm, meta.sample_rate)

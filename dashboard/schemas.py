@@ -167,10 +167,11 @@ class CallDetail(BaseModel):
 
 
 class RelatedCall(BaseModel):
-    """A recent call linked to another by the same ANI hash or watchlist match."""
+    """A recent call linked to another by the same ANI hash, watchlist match or voice,
+    or by replayed audio."""
 
     call_id: str
-    link: Literal["ani", "voiceprint"]
+    link: Literal["ani", "voiceprint", "replay"]
     started_at: datetime | None
     why: str
 

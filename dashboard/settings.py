@@ -40,7 +40,11 @@ class DashboardSettings(BaseSettings):
     # /api/v1 requests per principal (API key or session user) per window, then 429 with
     # Retry-After; 0: no limit. The default allows 5x the 100/s an IVR's risk lookups ask
     api_requests: int = Field(default=30_000, ge=0)
-    api_window_s: int = Field(default=60, ge=1)
+    api_window_s: int = Field(default=60, ge=1)  # seconds
+    # related calls by voice: cosine of two calls' kept speaker embeddings (same model and
+    # tenant) at or above this, over at most this many recent calls
+    related_voice_threshold: float = Field(default=0.75, gt=0.0, le=1.0)
+    related_voice_scan: int = Field(default=200, ge=0, le=5000)
     live_queue: int = Field(default=1000, ge=1)  # per client; a slower client is dropped
     alerts_scan: int = Field(default=2000, ge=10)  # newest alert entries the views read
     scores_scan: int = Field(default=20_000, ge=10)  # newest score entries (call timeline)

@@ -5,12 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import HTTPConnection
 
 from dashboard.auth import Principal
-from dashboard.cases import CallFacts
 from dashboard.deps import Analyst, Context, CtxDep, Viewer
 from dashboard.masking import mask_text
 from dashboard.schemas import (
@@ -22,6 +20,7 @@ from dashboard.schemas import (
     RevealedNumbers,
     RevealIn,
 )
+from dashboard.voice_related import related_calls
 from detectors.bus.biometrics import SUBJECT_PATTERN, CallUpdate, new_id
 
 router = APIRouter(prefix="/calls", tags=["calls"])
@@ -118,18 +117,12 @@ async def risk(call_id: str, who: Viewer, ctx: CtxDep) -> CallRisk:
     return found
 
 
-def _facts(conn: HTTPConnection) -> CallFacts:
-    facts: CallFacts = conn.app.state.call_facts
-    return facts
-
-
 @router.get("/{call_id}/related")
-async def related(
-    call_id: str, who: Viewer, facts: Annotated[CallFacts, Depends(_facts)]
-) -> list[RelatedCall]:
-    """Other recent calls with this call's ANI hash (never the number) or a watchlist
-    entry it matched: ``link`` is ``ani`` or ``voiceprint``, as a case would link them."""
-    return [RelatedCall.model_validate(r) for r in await facts.related(call_id)]
+async def related(call_id: str, who: Viewer, request: Request) -> list[RelatedCall]:
+    """Other recent calls with this call's ANI hash (never the number), a watchlist
+    entry it matched or the same voice (``voiceprint``: the kept speaker embeddings'
+    cosine), or the replay stage's match of their audio (``replay``)."""
+    return await related_calls(request, call_id)
 
 
 @router.get("/{call_id}")

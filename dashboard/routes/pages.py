@@ -13,11 +13,11 @@ from fastapi.templating import Jinja2Templates
 
 from dashboard import chart
 from dashboard.auth import Principal
-from dashboard.cases import CallFacts
 from dashboard.deps import CtxDep, PageAdmin, PageViewer
 from dashboard.evidence import evidence_view
 from dashboard.routes.auth import log_in, set_session_cookie
-from dashboard.schemas import CallFilters, RelatedCall
+from dashboard.schemas import CallFilters
+from dashboard.voice_related import related_calls
 from detectors.alert_schema import Band
 
 router = APIRouter(include_in_schema=False)
@@ -142,7 +142,6 @@ async def alerts_page(
 
 @router.get("/calls/{call_id}")
 async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep) -> Response:
-    facts: CallFacts = request.app.state.call_facts
     detail = await ctx.store.call_detail(call_id)
     if detail is None:
         return render(request, "error.html", who, 404, message="No such call.")
@@ -156,7 +155,7 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
         chart=chart.build(detail.timeline, threshold),
         comments=comments,
         evidence=await evidence_view(request, call_id, who),
-        related=[RelatedCall.model_validate(r) for r in await facts.related(call_id)],
+        related=await related_calls(request, call_id),
         two_person=ctx.settings.watchlist_two_person,
         page="calls",
     )

@@ -104,9 +104,11 @@ def components(prefix: str) -> dict[str, Component]:
     shared_ro = (k.watchlist("*"), k.enrolment("*", "*"), k.call_updates, k.allowlist("*"))
     # the alert policy: admins change it on the dashboard, bridges read it (hot reload)
     policy = (k.policy, k.policy_version, k.policy_counter)
-    shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"))
+    shared_rw = (k.fingerprint("*"), k.ani_counter("*", "*"), k.replay_related("*"))
     # node liveness (detectors.bus.liveness): k.node("*") also covers k.node_calls
-    liveness = (k.node("*"), k.nodes, k.reaper_lock)
+    liveness = (k.node("*"), k.nodes, k.reaper_lock, k.node_status("*"))
+    # what the dashboard reads of them: the system page's nodes, related calls by replay
+    dash_reads = (k.node("*"), k.nodes, k.node_status("*"), k.replay_related("*"))
     webhooks = f"{k.prefix}wh:*"
     evidence = f"{k.prefix}evidence:*"  # k.evidence_index("*"), k.evidence("*", "*")
     # what the dashboard's webhook pages change (detectors.bus.webhooks.admin): endpoints,
@@ -162,7 +164,7 @@ def components(prefix: str) -> dict[str, Component]:
             "web process: reads the bus, owns analysts' state and watchlists",
             Grant(
                 keys=_rw(dash, *shared_ro, *wh_manage, *policy, k.allowlist_candidates("*"))
-                + _ro(*bus_state, k.wh_log, evidence),
+                + _ro(*bus_state, k.wh_log, evidence, *dash_reads),
                 commands=(
                     *_CONNECT,
                     *_TRANSACTIONS,

@@ -28,7 +28,8 @@ reload on it), ``enrol:<tenant>:<subject>`` enrolment JSON (``detectors.bus.biom
 Benign audio (``detectors.bus.allowlist``): ``allow:<tenant>`` hash entry id -> entry JSON
 with its ``allow:<tenant>:version`` counter (the dashboard writes, bridges read);
 ``fp:cand:<tenant>`` hash candidate id -> candidate JSON (bridges propose, the dashboard
-confirms or rejects); ``fp:log`` the bridges' shared stream of external-leg fingerprints.
+confirms or rejects); ``fp:log`` the bridges' shared stream of external-leg fingerprints;
+``replay:related:<call>`` the calls a call's audio was matched with as a replay.
 Commands to bridges: ``calls:updates`` stream of mid-call claims (``PATCH`` on a call),
 read by every bridge, applied by the one that owns the call.
 Alert policy (``detectors.bus.policy_store``): ``policy`` the current policy JSON,
@@ -96,6 +97,11 @@ class Keys:
         """The node's status summary (``detectors.bus.node_status``), renewed with its
         heartbeat and expiring with it."""
         return f"{self.prefix}nodestatus:{node_id}"
+
+    def replay_related(self, owner: str) -> str:
+        """Set of the calls (call or correlation ids) whose external audio matched this
+        call's as a replay, either way (``detectors.replay.shared_state``)."""
+        return f"{self.prefix}replay:related:{owner}"
 
     def node_calls(self, node_id: str, boot: str) -> str:
         """Set of the live calls one bridge process (node id + boot id) owns."""

@@ -7,7 +7,9 @@ and queues what it saw (``publish``, ``propose``): no lock held across I/O, no R
 round trip per window. A refresher thread, every ``refresh_s``:
 
 - writes the queued fingerprint records to the ``fp:log`` stream (one pipeline,
-  ``MAXLEN ~``) and the queued candidates to ``fp:cand:<tenant>``;
+  ``MAXLEN ~``), the queued candidates to ``fp:cand:<tenant>``, and the calls found
+  replaying another call's audio to ``replay:related:<call>``, both ways, expiring
+  with ``relation_ttl_s`` (the dashboard's related calls; each pair written once);
 - reads the stream from where it stopped (other bridges' records; this node's own are
   indexed locally at once) into a new segment of the recent index, and drops what is
   older than ``retention_s``;
@@ -40,6 +42,7 @@ from detectors.replay.fingerprint import decode
 from detectors.replay.index import Clip, FingerprintIndex, MatchConfig
 
 log = logging.getLogger(__name__)
+_MAX_RELATED = 100_000
 
 
 class ReplayState(Protocol):
@@ -57,6 +60,10 @@ class ReplayState(Protocol):
 
     def propose(self, candidate: Candidate) -> None: ...
 
+    def relate(self, owner: str, other: str) -> None:
+        """``owner``'s audio replays audio ``other`` heard first (for related calls)."""
+        ...
+
 
 @dataclass
 class ReplayStateStats:
@@ -67,6 +74,7 @@ class ReplayStateStats:
     allowlist_reloads: int = 0
     allowlist_entries: int = 0
     proposed: int = 0
+    related: int = 0  # replay relations between two calls recorded
     redis_errors: int = 0
 
 
@@ -100,6 +108,8 @@ class MemoryReplayState:
         self._followed: set[str] = set()
         self._pending: list[Clip] = []
         self._proposals: list[Candidate] = []
+        self._relations: dict[tuple[str, str], None] = {}  # queued, each pair once
+        self._related: set[tuple[str, str]] = set()  # pairs already recorded (bounded)
         self._lock = threading.Lock()
         self.retention_s = retention_s
         self.clock = clock
@@ -144,6 +154,22 @@ class MemoryReplayState:
                     merged.setdefault(p.cand_id, "proposed")
             self._candidates[tenant] = merged
 
+    def relate(self, owner: str, other: str) -> None:
+        pair = (owner, other)
+        with self._lock:
+            if pair in self._related or owner == other:
+                return
+            if len(self._related) >= _MAX_RELATED:
+                self._related.clear()  # at worst a pair is written again
+            self._related.add(pair)
+            self._relations[pair] = None
+            self.stats.related += 1
+
+    def take_relations(self) -> list[tuple[str, str]]:
+        with self._lock:
+            out, self._relations = list(self._relations), {}
+        return out
+
     def take_pending(self, proposals: bool = True) -> tuple[list[Clip], list[Candidate]]:
         """What the scoring path queued: clips, and (``proposals``) candidates."""
         props: list[Candidate] = []
@@ -187,12 +213,14 @@ class RedisReplayState(MemoryReplayState):
         *,
         refresh_s: float = 0.5,
         log_maxlen: int = 200_000,
+        relation_ttl_s: int = 24 * 3600,
         candidates_every: int = 10,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._r, self._k, self.node_id = client, keys, node_id
         self._refresh_s, self._maxlen, self._cand_every = refresh_s, log_maxlen, candidates_every
+        self._relation_ttl_s = relation_ttl_s
         self._cursor = _Cursor()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -213,10 +241,15 @@ class RedisReplayState(MemoryReplayState):
 
     def _flush(self) -> None:
         clips, props = self.take_pending()
+        relations = self.take_relations()
         self.index_local(clips)  # this node's calls see each other at once
-        if not clips and not props:
+        if not clips and not props and not relations:
             return
         with self._r.pipeline(transaction=False) as p:
+            for owner, other in relations:  # both ways: each call's page finds the other
+                for a, b in ((owner, other), (other, owner)):
+                    p.sadd(self._k.replay_related(a), b)
+                    p.expire(self._k.replay_related(a), self._relation_ttl_s)
             for c in clips:
                 rec = LogRecord(
                     clip_id=c.clip_id,

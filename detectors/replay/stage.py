@@ -13,7 +13,8 @@ window's fingerprint; it is consumed here, for an EXTERNAL leg only:
    bridges (a recording played into many calls), counting only audio another call heard
    earlier than this one (of two calls playing one recording, the later one replays).
    The best verified match gives the score (BER 0.25 -> 0.5, BER 0 -> 1.0); the reason
-   names the kind of match and how long ago, never another call's id or number.
+   names the kind of match and how long ago, never another call's id or number (the
+   pair of calls goes to the shared state's relation, read by the dashboard only).
 3. Audio matched on other calls from at least ``candidate_anis`` distinct ANIs (keyed
    ANI hashes) is proposed once as an allowlist candidate for an admin to confirm.
 4. The window's new audio (the part no earlier window of the leg covered) is published
@@ -193,6 +194,7 @@ class ReplayStage:
             what = f"the same audio earlier in this call ({ago:.0f} s before)"
         else:
             self.stats.matched_cross += 1
+            self.state.relate(call.owner, best.clip.owner)
             ago = max(0.0, self._wall() - best.clip.seen_at)
             what = f"the same audio on another call {_ago(ago)}"
         score = float(np.clip(1.0 - 2.0 * best.ber, 0.0, 1.0))

@@ -8,6 +8,7 @@ import fnmatch
 import inspect
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from detectors.bus.biometrics_store import read_entries, read_updates
 from detectors.bus.connect import sync_client
 from detectors.bus.keys import Keys
 from detectors.bus.liveness import NodeLiveness
+from detectors.bus.node_status import NodeStatus
 from detectors.bus.publisher import AlertPublisher
 from detectors.bus.redis_server import RedisServer, free_port
 from detectors.bus.retention import trim_alerts
@@ -251,8 +253,11 @@ def test_node_liveness_and_the_reaper_under_the_bridge_user(
     bridge = sync_client(settings)
     publisher = AlertPublisher(bridge, settings)
     publisher.start()
-    old = NodeLiveness(bridge, settings, publisher.boot)
+    now = datetime.now(UTC)
+    summary = NodeStatus(node_id=settings.node_id, boot=publisher.boot, state="ready", at=now)
+    old = NodeLiveness(bridge, settings, publisher.boot, status=lambda: summary)
     old.beat()
+    assert old.stats.status_errors == 0
     publisher.publish_event(make_event(1, "started"))
     publisher.publish_alert(make_alert(1))
     assert publisher.flush(10.0)
@@ -265,6 +270,9 @@ def test_node_liveness_and_the_reaper_under_the_bridge_user(
     assert not client.exists(keys.node(settings.node_id))
     assert restarted.stats.redis_errors == 0
     dashboard = _as(redis_server, acl, "dashboard")
+    assert dashboard.get(keys.node_status(settings.node_id)) == summary.model_dump_json().encode()
+    assert dashboard.hgetall(keys.nodes) == {b"new-boot": settings.node_id.encode()}
+    _denied(dashboard.set, keys.node_status(settings.node_id), "x")
     _denied(dashboard.set, keys.node(settings.node_id), "x")  # liveness is the bridges'
 
 
@@ -323,12 +331,16 @@ def test_allowlist_and_fingerprints_under_the_bridge_and_dashboard_users(
         node_id="node-a",
     )
     node_a.propose(cand)
-    node_a.refresh()  # XADD to fp:log, HSET the candidate
+    node_a.relate("call-2", "call-1")  # call-2 replays what call-1 heard
+    node_a.refresh()  # XADD to fp:log, HSET the candidate, SADD the relation
     node_b.refresh()  # XREAD: the other node's clip
     assert node_b.stats.received == 1 and node_b.stats.redis_errors == 0
     assert node_b.recent().query(fp)[0].clip.owner == "call-1"
     _denied(bridge.hset, keys.allowlist("default"), "al_x", "{}")  # reads, never writes it
     _denied(bridge.incr, keys.allowlist_version("default"))
+    reader = _as(redis_server, acl, "dashboard")
+    assert reader.smembers(keys.replay_related("call-1")) == {b"call-2"}
+    _denied(reader.sadd, keys.replay_related("call-1"), "call-3")
 
     dashboard = redis.asyncio.Redis.from_url(_url(redis_server, "dashboard", acl["dashboard"]))
     store = AllowlistStore(dashboard, keys)

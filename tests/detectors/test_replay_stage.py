@@ -127,6 +127,11 @@ def test_a_recording_played_into_another_call_is_a_replay(prompts: list[F32]) ->
     assert max(_scores(genuine)) == 0.0
     assert stage.stats.matched_cross == len(replayed)
     assert "60 s ago" in replayed[0].reasons[0]
+    # the pair goes to the shared state once (the dashboard's related calls); the
+    # reasons never name the other call
+    assert state.take_relations() == [("replayed", "first")]
+    assert state.stats.related == 1
+    assert not any("first" in r for x in replayed for r in x.reasons)
 
 
 def test_audio_repeated_within_a_call_is_a_replay(prompts: list[F32]) -> None:
