@@ -33,6 +33,7 @@ from dashboard.routes import (
     auth,
     calls,
     cases,
+    enrolments,
     evidence,
     manage_pages,
     oidc,
@@ -185,6 +186,7 @@ def create_app(
         allowlist,
         policy,
         subjects,
+        enrolments,
     )
     for module in routers:
         app.include_router(module.router, prefix=API_PREFIX)

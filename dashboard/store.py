@@ -69,6 +69,11 @@ class DashboardStore:
         self._decoded: dict[bytes, Alert | None] = {}
         self._public: dict[tuple[str, int], AlertPublic] = {}
 
+    @property
+    def redis(self) -> redis.asyncio.Redis:
+        """The shared client (for readers kept in their own modules)."""
+        return self._r
+
     # --- alerts ---------------------------------------------------------------------
     async def _latest_alerts(self) -> list[Alert]:
         entries: Any = await self._r.xrevrange(self.keys.alerts, count=self._alerts_scan)

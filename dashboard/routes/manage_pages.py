@@ -1,5 +1,6 @@
-"""The management pages: the watchlist (analysts: biometric data, so not viewers) and the
-webhook endpoints with their delivery health and dead letters (administrators).
+"""The management pages: the watchlist and customer enrolments (analysts: biometric
+data, so not viewers; enrolments are removed or expired by admins) and the webhook
+endpoints with their delivery health and dead letters (administrators).
 
 They render what the REST routes return (the same functions, so the same checks,
 expiry purge and masking); ``static/app.js`` sends the changes to those routes with the
@@ -15,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from dashboard.deps import CtxDep, PageAdmin, PageAnalyst
-from dashboard.routes import watchlist, webhooks
+from dashboard.routes import enrolments, watchlist, webhooks
 from dashboard.routes.pages import render
 from detectors.bus.biometrics import TENANT_PATTERN
 
@@ -50,6 +51,17 @@ async def watchlist_page(
         page="watchlist",
         two_person=ctx.settings.watchlist_two_person,
     )
+
+
+@router.get("/enrolments")
+async def enrolments_page(
+    request: Request,
+    who: PageAnalyst,
+    ctx: CtxDep,
+    tenant: Annotated[str, Query(pattern=TENANT_PATTERN)] = "default",
+) -> Response:
+    listed = await enrolments.listing(ctx, tenant)
+    return render(request, "enrolments.html", who, listed=listed, when=when, page="enrolments")
 
 
 @router.get("/webhooks")

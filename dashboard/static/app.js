@@ -212,6 +212,25 @@
     } catch (e) { alert(e.message); }
   });
 
+  // --- customer enrolments (admins remove or expire) --------------------------------------
+  const enTable = document.getElementById("enrolments");
+  if (enTable) enTable.addEventListener("click", async (ev) => {
+    const btn = ev.target.closest("button[data-en-expire], button[data-en-remove]"); if (!btn) return;
+    const tenant = enTable.dataset.tenant;
+    try {
+      if (btn.dataset.enExpire) {
+        await post("/api/v1/enrolments/by-ref/" + encodeURIComponent(btn.dataset.enExpire) + "/expire",
+          { tenant: tenant, in_days: 0 });
+        location.reload();
+      } else {
+        await send("DELETE", "/api/v1/enrolments/by-ref/" + encodeURIComponent(btn.dataset.enRemove) +
+          "?tenant=" + encodeURIComponent(tenant));
+        btn.closest("tr").remove();
+        document.getElementById("enrolment-count").textContent = enTable.querySelectorAll("tr[data-ref]").length;
+      }
+    } catch (e) { alert(e.message); }
+  });
+
   // --- webhooks (admins) ----------------------------------------------------------------
   const secretBox = document.getElementById("new-secret");
   function showSecret(endpointId, secret) {
