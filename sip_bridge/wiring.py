@@ -56,7 +56,7 @@ from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.evidence import EvidenceRecorder
 from sip_bridge.gc_discipline import Frozen, freeze_after_warm_up, thaw
 from sip_bridge.http import StatusServer
-from sip_bridge.node_status import node_status
+from sip_bridge.node_status import LatencyWindow, node_status
 from sip_bridge.settings import Settings, split_host_port
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,7 @@ class Wiring:
         )
         # the bridge points this at its controller's drain flag (the status summary)
         self.draining: Callable[[], bool] = lambda: False
+        self.latency = LatencyWindow()  # the status summary's recent model latency
         self.enricher = EnrichingPublisher(self.bus)
         self.windows = WindowTally()
         bs = self.bus_settings

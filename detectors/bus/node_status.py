@@ -4,10 +4,11 @@ against capacity, each model's version, provider and latency, and the jitter-buf
 counters summed over legs. Compact (a few hundred bytes per model); the bridge composes
 it (``sip_bridge.node_status``), :class:`detectors.bus.liveness.NodeLiveness` writes it.
 
-Latency quantiles are estimated from the runtime's cumulative per-window inference
-histograms (``callshield_detector_window_seconds``), as Prometheus'
-``histogram_quantile`` does: linear inside the bucket, so they are as coarse as the
-buckets, and cover the time since the process started.
+Latency quantiles are estimated from the runtime's per-window inference histograms
+(``callshield_detector_window_seconds``) as Prometheus' ``histogram_quantile`` does:
+linear inside the bucket, so they are as coarse as the buckets. They cover about the
+last minute (the histograms' difference from a snapshot that old), so a slowdown shows
+at once instead of being diluted by hours of history; an idle model has none.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class ModelStatus(BaseModel):
     version: str = Field(max_length=128)
     provider: str = Field(max_length=64)  # "cpu", "cuda", "numpy", ...
     windows: int = 0  # windows timed since the process started
-    p50_ms: float | None = None
+    recent_windows: int = 0  # of those, in the latency window (the quantiles' sample)
+    p50_ms: float | None = None  # per-window inference time over the latency window
     p99_ms: float | None = None
 
 
@@ -41,6 +43,7 @@ class NodeStatus(BaseModel):
     capacity: int = 0  # calls this node can analyse now (admission's estimate)
     models: list[ModelStatus] = Field(default_factory=list, max_length=64)
     jitter: dict[str, int] = Field(default_factory=dict)  # cs_jb_stats summed over legs
+    latency_window_s: float = 0.0  # what the models' quantiles cover (about a minute)
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

@@ -32,6 +32,7 @@ def _status(dash: Dash, node: str, boot: str, state: str = "ready") -> NodeStatu
                 version="2.1.0",
                 provider="cuda",
                 windows=900,
+                recent_windows=120,
                 p50_ms=3.5,
                 p99_ms=12.25,
             )
@@ -58,12 +59,13 @@ def test_nodes_from_the_heartbeat_on_api_and_page(dash: Dash) -> None:
     one = nodes["edge-1"]
     assert one["state"] == "ready" and one["last_seen_s"] == 2.0
     assert one["status"]["capacity"] == 40 and one["status"]["live_calls"] == 5
-    assert one["status"]["models"][0] | {} == {
+    assert one["status"]["models"][0] == {
         "name": "aasist-l",
         "dimension": "synthetic_voice",
         "version": "2.1.0",
         "provider": "cuda",
         "windows": 900,
+        "recent_windows": 120,
         "p50_ms": 3.5,
         "p99_ms": 12.25,
     }
@@ -73,6 +75,7 @@ def test_nodes_from_the_heartbeat_on_api_and_page(dash: Dash) -> None:
     page = dash.client.get("/system").text
     assert "edge-1" in page and "draining" in page and "lost" in page
     assert "GPU (cuda)" in page and "12.2 ms" in page and "4 / 40" in page
+    assert "120 / 900" in page
 
 
 def test_stale_and_unreadable_summaries_are_not_shown(dash: Dash) -> None:

@@ -15,10 +15,12 @@ from rtp_pcap import write_rtp_pcap
 from wired_bridge import InProcessBridge
 
 from detectors.bus.keys import Keys
-from detectors.bus.node_status import NodeStatus
+from detectors.bus.node_status import NodeStatus, histogram_quantile
 from detectors.bus.settings import BusSettings
+from detectors.metrics import DetectorMetrics
 from detectors.model_store import ModelSettings
 from sip_bridge.analysis import JB_SUM_FIELDS
+from sip_bridge.node_status import LatencyWindow, latencies
 from sip_bridge.settings import Settings
 from sip_bridge.wiring import Wiring
 
@@ -83,3 +85,38 @@ def test_heartbeat_carries_the_node_status(
         )
     finally:
         bridge.stop()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_latency_covers_about_the_last_minute() -> None:
+    """An hour of fast windows, then a slow minute: the summary's quantiles are the
+    minute's, not diluted by the hour (the since-start count still has them all)."""
+    metrics, clock = DetectorMetrics(), _Clock()
+    window = LatencyWindow(60.0, clock)
+    fast = metrics.window_seconds.labels("aasist", "cpu")
+
+    def beat(observations: list[float]) -> tuple[dict[str, float], float]:
+        for v in observations:
+            fast.observe(v)
+        clock.now += 5.0
+        recent, covered = window.recent(latencies(metrics))
+        (buckets,) = recent.values()
+        return {"n": buckets[-1][1]}, covered
+
+    for _ in range(720):  # an hour of heartbeats, 100 windows of 3 ms each
+        beat([0.003] * 100)
+    for _ in range(12):  # then a minute of 400 ms windows
+        got, covered = beat([0.4] * 100)
+    assert covered == 60.0 and got["n"] == 1200
+    recent, _ = window.recent(latencies(metrics))
+    (buckets,) = recent.values()
+    p50 = histogram_quantile(0.5, buckets)
+    assert p50 is not None and 0.25 < p50 <= 0.5  # the slow minute's bucket
+    assert latencies(metrics)[("aasist", "cpu")][-1][1] == 73_200  # since start
