@@ -83,7 +83,7 @@ class UtteranceRule:
     """When a leg's speech counts as ended (see the module docstring)."""
 
     hangover_s: float = 0.1  # no speech energy this long after the last voiced frame
-    min_apart_s: float = 0.5  # at least this long after the previous utterance end
+    min_apart_s: float = 1.5  # at least this long after the previous utterance end
 
     @property
     def hangover_frames(self) -> int:
