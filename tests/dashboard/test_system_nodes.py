@@ -73,6 +73,8 @@ def test_nodes_from_the_heartbeat_on_api_and_page(dash: Dash) -> None:
     assert nodes["edge-2"]["state"] == "draining"
     assert nodes["edge-3"]["state"] == "lost" and nodes["edge-3"]["status"] is None
     page = dash.client.get("/system").text
+    title = page[page.index("<title>") : page.index("</title>")]
+    assert "edge" not in title and page.index("<h1>System health") < page.index("edge-1")
     assert "edge-1" in page and "draining" in page and "lost" in page
     assert "GPU (cuda)" in page and "12.2 ms" in page and "4 / 40" in page
     assert "120 / 900" in page

@@ -25,6 +25,7 @@ import json
 import math
 import struct
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,9 @@ from dash_process import ANI, PASSWORD, RunningDashboard, running_dashboard
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
 from detectors.alert_schema import event_id
-from detectors.bus.biometrics import encode_embedding
+from detectors.bus.biometrics import Enrolment, encode_embedding
+from detectors.bus.liveness import NodeLiveness
+from detectors.bus.node_status import ModelStatus, NodeStatus
 from detectors.bus.webhooks.schedule import VirtualClock
 from tests.bus.receiver import Receiver
 from tests.dashboard.webhook_driver import deliver_all
@@ -290,6 +293,62 @@ async def _admin(browser: Browser, dash: RunningDashboard, tmp: Path, receiver: 
     await page.locator("#watchlist-count:text-is('0')").wait_for()
     assert dash.redis.hlen(dash.keys.watchlist("default")) == 0
 
+    # --- customer enrolments: masked, expired now, removed --------------------------------
+    vp = json.loads(_voiceprint_file(tmp / "customer.json").read_text())
+    now = datetime.now(UTC)
+    customer = Enrolment(
+        subject="acct-20260077",
+        tenant="default",
+        consent_ref="IVR-consent-5521",
+        expires_at=now + timedelta(days=365),
+        added_by="analyst",
+        created_at=now,
+        **vp,
+    )
+    dash.redis.set(dash.keys.enrolment("default", customer.subject), customer.model_dump_json())
+    await s.goto("/enrolments")
+    enrolled = page.locator("#enrolments tr[data-ref]")
+    assert "•••••••••0077" in (await enrolled.text_content() or "")
+    assert "acct-20260077" not in await page.content()
+    async with page.expect_navigation():
+        await enrolled.locator("button[data-en-expire]").click()
+    assert "expired" in (await enrolled.locator('[data-field="expires"]').text_content() or "")
+    await s.shot("enrolments")
+    await enrolled.locator("button[data-en-remove]").click()
+    await page.locator("#enrolment-count:text-is('0')").wait_for()
+    assert not dash.redis.exists(dash.keys.enrolment("default", customer.subject))
+
+    # --- system health: a bridge node's heartbeat summary ----------------------------------
+    summary = NodeStatus(
+        node_id="edge-1",
+        boot="boot-1",
+        state="ready",
+        at=now,
+        live_calls=3,
+        analysed_calls=3,
+        capacity=48,
+        models=[
+            ModelStatus(
+                name="aasist",
+                dimension="synthetic_voice",
+                version="1.0.0",
+                provider="cpu",
+                windows=5000,
+                recent_windows=240,
+                p50_ms=4.1,
+                p99_ms=18.5,
+            )
+        ],
+        jitter={"packets_received": 90000, "packets_late": 12, "concealment_events": 4},
+        latency_window_s=60.0,
+    )
+    node_bus = dash.bus.model_copy(update={"node_id": "edge-1"})
+    NodeLiveness(dash.redis, node_bus, "boot-1", status=lambda: summary).beat()
+    await s.goto("/system")
+    assert "edge-1" in (await page.text_content("main") or "")
+    assert "3 / 48" in (await page.text_content("main") or "")
+    await s.shot("system")
+
     # --- webhooks: add (secret once), a dead letter, replay, disable / enable -------------
     await s.goto("/webhooks")
     add = page.locator("#webhook-add")
@@ -344,6 +403,8 @@ async def _admin(browser: Browser, dash: RunningDashboard, tmp: Path, receiver: 
         "watchlist.remove",
         "webhook.add",
         "webhook.replay",
+        "enrolment.expire",
+        "enrolment.remove",
     ):
         assert action in audit
     assert secret not in audit
