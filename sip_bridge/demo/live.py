@@ -27,37 +27,42 @@ from sip_bridge.demo.services import ADMIN, Services
 class Stop:
     """First SIGINT/SIGTERM: stop gracefully; the second: force."""
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.force = threading.Event()
+    def __init__(self, event: threading.Event, force: threading.Event) -> None:
+        self.event, self.force = event, force
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on)
 
     def _on(self, *_: object) -> None:
         if self.event.is_set():
             self.force.set()
-            print("\nforced stop", flush=True)
+            print("\nforcing: killing the services", flush=True)
+            return
         self.event.set()
+        print("\nstopping: calls end by BYE, then the services (Ctrl-C again forces)", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
-    stop = Stop()
     models_dir: Path = args.models_dir or ModelSettings().models_dir
     speech = voices.find_corpus(args.speech_dir)
     print("CallShield demo: the bridge, detectors, dashboard and webhooks on this machine")
     print(f"speech: {speech.root if speech else 'none found'}")
     svc = Services(models_dir)
-    state = models.ensure(models_dir, speech.root if speech else None, svc.cli)
-    prep_s = time.monotonic() - t0
-    _say_models(state)
+    stop = Stop(svc.stopping, svc.forcing)
     try:
+        state = models.ensure(models_dir, speech.root if speech else None, svc.cli)
+        prep_s = time.monotonic() - t0
+        if stop.event.is_set():
+            return 0
+        _say_models(state)
         return _run(args, svc, speech, state, stop, t0, prep_s)
     except (RuntimeError, TimeoutError, OSError) as exc:
+        if stop.event.is_set():
+            return 0  # a step cut short by Ctrl-C
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
-        svc.stop(force=stop.force.is_set())
+        svc.stop()
         print("stopped: calls ended, children stopped, temporary files removed", flush=True)
 
 
@@ -160,7 +165,7 @@ def _enrol(svc: Services, speech: voices.Speech | None, state: models.ModelState
         "--case-ref", "DEMO-1", "--expires-days", "1",
         "--dashboard", svc.dashboard_url, "--api-key", f"file:{key_file}",
     )  # fmt: skip
-    print(f"watchlist: {out.strip()}")
+    print(f"watchlist: {out.strip()} (two-person approval is off for the demo)")
     return True
 
 

@@ -63,6 +63,8 @@ def ensure(models_dir: Path, speech_root: Path | None, cli: Callable[..., str]) 
         try:
             cli("models", "--models-dir", str(models_dir), *args)
         except RuntimeError as exc:
+            if "interrupted" in str(exc):
+                break  # Ctrl-C: nothing more to derive
             state.problems.append(f"{label}: {str(exc).splitlines()[-1][:200]}")
             continue
         state.derived.append(f"{label} ({time.monotonic() - started:.0f} s)")

@@ -45,13 +45,15 @@ class Child:
     proc: subprocess.Popen[bytes]
     log: Path
 
-    def stop(self, timeout: float) -> None:
+    def stop(self, timeout: float, force: threading.Event | None = None) -> None:
+        """SIGTERM to its group; SIGKILL after ``timeout`` or once ``force`` is set."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+            deadline = time.monotonic() + timeout
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                if force is not None and force.wait(0.05):
+                    break
+            self.kill()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -70,6 +72,8 @@ class Services:
     bridge_sip_port: int = 0
     bridge_http: str = ""
     receiver: WebhookReceiver | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)  # Ctrl-C seen
+    forcing: threading.Event = field(default_factory=threading.Event)  # Ctrl-C twice
 
     @property
     def redis_url(self) -> str:
@@ -118,19 +122,32 @@ class Services:
         return child
 
     def cli(self, *args: str, stdin: str = "") -> str:
-        """One product command to completion; its stdout (raises with its output)."""
-        done = subprocess.run(
-            [sys.executable, "-m", "sip_bridge.cli", *args],
-            env=self.env(),
-            input=stdin.encode(),
-            capture_output=True,
-            timeout=120,
-            start_new_session=True,
-        )
-        if done.returncode != 0:
-            err = (done.stderr or done.stdout).decode(errors="replace")[-800:]
-            raise RuntimeError(f"callshield {' '.join(args[:2])} failed: {err}")
-        return done.stdout.decode()
+        """One product command to completion; its stdout (raises with its output, or
+        when the demo is being stopped: the command is then terminated)."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sip_bridge.cli", *args],
+                env=self.env(),
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+            assert proc.stdin is not None
+            proc.stdin.write(stdin.encode())
+            proc.stdin.close()
+            child = Child(args[0], proc, self.root)
+            while proc.poll() is None:
+                if self.stopping.wait(0.1):
+                    child.stop(timeout=5)
+                    raise RuntimeError(f"callshield {args[0]} interrupted")
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        if proc.returncode != 0:
+            tail = (stderr or stdout).decode(errors="replace")[-800:]
+            raise RuntimeError(f"callshield {' '.join(args[:2])} failed: {tail}")
+        return stdout.decode()
 
     def start_bridge(self) -> Child:
         """Spawned; :meth:`bridge_ready` waits (and respawns when a port was taken)."""
@@ -207,13 +224,13 @@ class Services:
             time.sleep(0.1)
         raise TimeoutError(f"{child.name} not ready at {url} after {timeout:.0f} s")
 
-    def stop(self, force: bool = False) -> None:
+    def stop(self) -> None:
         for child in self.children:  # bridge first: it drains (BYE) its calls
-            child.kill() if force else child.stop(timeout=15)
+            child.stop(timeout=15, force=self.forcing)
         if self.receiver is not None:
             self.receiver.close()
         if self.redis is not None:
-            self.redis.kill9() if force else self.redis.stop()
+            self.redis.kill9() if self.forcing.is_set() else self.redis.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
