@@ -18,7 +18,9 @@ def add_parser(sub: Any, name: str) -> None:
         name, help="start everything here, place calls into the bridge, show the alerts"
     )
     parser.add_argument("--seconds", type=float, help="call length (default 20; media core 10)")
-    parser.add_argument("--speech-dir", type=Path, help="speech corpus (MANIFEST.csv) folder")
+    parser.add_argument(
+        "--speech-dir", type=Path, help="a speech corpus (MANIFEST.csv) or a folder of WAVs"
+    )
     parser.add_argument("--models-dir", type=Path, help="default: $CALLSHIELD_MODELS_DIR")
     parser.add_argument("--once", action="store_true", help="stop after the calls' summary")
     parser.add_argument("--duration", type=float, help="stop after this many seconds")

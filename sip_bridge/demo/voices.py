@@ -46,24 +46,36 @@ class Speech:
 
 
 def find_corpus(explicit: Path | None = None) -> Speech | None:
-    candidates = [explicit] if explicit else []
+    """``explicit`` (a corpus with MANIFEST.csv, or any folder of WAV files, read as one
+    speaker), else the shared corpus, else Debian's Asterisk prompts."""
+    if explicit is not None:
+        return _read_corpus(explicit) or _one_speaker(explicit)
+    candidates = []
     env = os.environ.get("CALLSHIELD_SHARED")
     if env:
         candidates.append(Path(env) / "data/speech")
     candidates.append(Path(__file__).resolve().parents[3] / "shared/data/speech")
     for root in candidates:
-        manifest = root / "MANIFEST.csv"
-        if manifest.is_file():
-            speech = Speech(root)
-            with manifest.open(newline="") as f:
-                for row in csv.DictReader(f):
-                    if row["label"] == "bonafide" and (root / row["path"]).is_file():
-                        speech.by_speaker.setdefault(row["speaker"], []).append(root / row["path"])
-            return speech
-    debian = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
-    if debian.is_dir():
-        return Speech(debian, {PROMPTS: sorted(debian.glob("*.wav"))})
-    return None
+        if (found := _read_corpus(root)) is not None:
+            return found
+    return _one_speaker(Path("/usr/share/asterisk/sounds/en_US_f_Allison"))
+
+
+def _read_corpus(root: Path) -> Speech | None:
+    manifest = root / "MANIFEST.csv"
+    if not manifest.is_file():
+        return None
+    speech = Speech(root)
+    with manifest.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row["label"] == "bonafide" and (root / row["path"]).is_file():
+                speech.by_speaker.setdefault(row["speaker"], []).append(root / row["path"])
+    return speech
+
+
+def _one_speaker(folder: Path) -> Speech | None:
+    files = sorted(folder.glob("*.wav")) if folder.is_dir() else []
+    return Speech(folder, {PROMPTS: files}) if files else None
 
 
 def load_8k(path: Path) -> npt.NDArray[np.int16]:
@@ -135,7 +147,7 @@ def plan_calls(speech: Speech | None, seconds: float) -> tuple[list[CallPlan], l
         CallPlan(
             "spoofed-ani",
             "spoofed_caller_id",
-            "Identity header that fails verification",
+            "Identity header failing verification",
             pcm,
             ani="+12025550123",
             identity=forged_identity("+12025550123"),
