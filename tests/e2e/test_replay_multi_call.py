@@ -414,8 +414,10 @@ def test_a_real_capture_of_overlapping_siprec_calls(
     for call, seconds in ((marked_call, 4.0), (genuine_call, 3.0)):
         ext = call["legs"][0]
         assert ext["role"] == "external" and ext["analysed"]
-        # SIPp's BYE may cut the last few packets of its playback
-        assert int(seconds * 50) - 15 <= ext["packets_in_file"] <= int(seconds * 50)
+        # SIPp's BYE may cut the end of its playback (more of it on a loaded box), and
+        # tcpdump may drop under load: what matters here is that every captured packet
+        # of the leg is tied to its call and reaches the buffer
+        assert int(seconds * 50) // 2 <= ext["packets_in_file"] <= int(seconds * 50)
         assert ext["packets_received"] == ext["packets_in_file"]
         assert ext["source"].startswith(f"ssrc 0x{0x5EED00 + bridge.sip_port % 1000:08x}")
     assert f"127.0.0.1:{media[0]} ->" in marked_call["legs"][0]["source"]
