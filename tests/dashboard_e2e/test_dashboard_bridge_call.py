@@ -138,7 +138,14 @@ async def _story(browser: Browser, dash: RunningDashboard, tmp: Path, shared: Pa
         await s.shot("bridge-known-fraudster")
         await known.locator('[data-field="call"] a').click()
         await page.wait_for_url(f"{dash.base}/calls/{second}")
-        reasons = await page.locator("section.alert").all_text_contents()
+        # the alert row can arrive live before the revision naming the entry is stored:
+        # the call page must show it once it is (reload a few times, then fail)
+        for _ in range(10):
+            reasons = await page.locator("section.alert").all_text_contents()
+            if any(entry_id in r for r in reasons):
+                break
+            await asyncio.sleep(1.0)
+            await page.reload()
         assert any(entry_id in r for r in reasons), reasons
         related = await page.text_content("#related") or ""
         assert call_id in related and "same ANI hash" in related  # the first call
