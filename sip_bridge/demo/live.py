@@ -148,6 +148,10 @@ def _say_models(state: models.ModelState) -> None:
         "speaker model + cohort" if state.speaker and state.cohort else "no speaker biometrics"
     )
     print(f"models: {speaker}; replay fingerprints; Silero VAD {'on' if state.vad else 'off'}")
+    print(
+        "caller ID: the bridge verifies STIR/SHAKEN and puts the verdict in the call's events; "
+        "no caller_id detector is built yet, so a spoofed caller ID raises no alert"
+    )
 
 
 def _enrol(svc: Services, speech: voices.Speech | None, state: models.ModelState, key: str) -> bool:
