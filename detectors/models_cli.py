@@ -92,6 +92,13 @@ def add_parser(sub: Any, name: str) -> None:
         help="leave-one-spoof-family-out: one build per family held out, then the EER table "
         "(a full training each; with --quick the small test budget)",
     )
+    p.add_argument(
+        "--stage2",
+        choices=["wide", "narrow"],
+        help="continue training on 8,000 fresh windows for 2 epochs, through the wide channel "
+        "(reverb, GSM / Opus upstream) or the stage-1 one; off by default because it made "
+        "unseen generators worse (docs/models/synthetic_voice.md)",
+    )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
@@ -195,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             args.quick,
             args.hold_out_family,
             args.lofo,
+            args.stage2,
         )
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad

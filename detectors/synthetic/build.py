@@ -52,6 +52,11 @@ INPUT_NAME = "waveform"
 OUTPUT_NAME = "p_spoof"
 DEV_CONDITIONS = ("clean", "pcmu", "pcma", "pcmu_loss5")
 QUICK_BUDGET = Budget(tts_per_system=2, vocoded_per_speaker=1, max_vocoded_per_family=3)
+STAGE2_SEED = 10_000  # stage 2 draws its windows with seed + this
+STAGE2 = {  # --stage2: the measured (and rejected) continuation
+    "wide": TrainConfig(stage2_windows=8_000),
+    "narrow": TrainConfig(stage2_windows=8_000, stage2_wide=False),
+}
 QUICK_SYSTEMS = ("espeak_en-us", "espeak_en-us-f3", "espeak_en-us-m7", "griffinlim_gl32")
 
 
@@ -75,6 +80,17 @@ def default_speech_dir() -> Path:
 def default_work_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "callshield" / "train-synthetic"
+
+
+def _stage(path: Path, say: Any) -> tuple[Any, list[float]]:
+    """A training stage's cached state dict (the work directory is a cache, keyed by
+    seed and that stage's settings), or (None, []) when it is not there."""
+    if not path.is_file():
+        return None, []
+    import torch
+
+    say(f"using the cached state dict {path.name} (delete it to train again)")
+    return train.from_state(torch.load(path)), []
 
 
 def export_onnx(model: Any) -> bytes:
@@ -272,12 +288,29 @@ def build(
     t0 = time.monotonic()
     windows, labels = train.draw_windows(parts["train"], audio["train"], cfg.windows, seed)
     say(f"{len(windows)} training windows drawn in {time.monotonic() - t0:.0f} s")
-    t0 = time.monotonic()
-    model, losses = train.train(windows, labels, cfg, seed, say)
-    train_s = time.monotonic() - t0
     import torch
 
-    torch.save(model.state_dict(), work / f"model-s{seed}{'-quick' if quick else ''}.pt")
+    t0 = time.monotonic()
+    suffix = f"s{seed}{'-quick' if quick else ''}"
+    cached = work / f"model-{suffix}-stage1-{train.stage_key(cfg, 1)}.pt"
+    model, losses = _stage(cached, say)
+    if model is None:
+        model, losses = train.train(windows, labels, cfg, seed, say)
+        torch.save(model.state_dict(), cached)
+    if cfg.stage2_windows:
+        cached = work / f"model-{suffix}-stage2-{train.stage_key(cfg, 2)}.pt"
+        final, more = _stage(cached, say)
+        if final is None:
+            w2, l2 = train.draw_windows(
+                parts["train"], audio["train"], cfg.stage2_windows, seed + STAGE2_SEED,
+                wide=cfg.stage2_wide,
+            )  # fmt: skip
+            say(f"stage 2: {len(w2)} fresh windows (wide channel: {cfg.stage2_wide})")
+            final, more = train.train(w2, l2, cfg, seed, say, init=model.state_dict())
+            torch.save(final.state_dict(), cached)
+        model, losses = final, losses + more
+    train_s = time.monotonic() - t0
+    torch.save(model.state_dict(), work / f"model-{suffix}.pt")
     onnx_bytes = export_onnx(model)
     session = ort_session(onnx_bytes)
     check = np.concatenate(
@@ -304,7 +337,10 @@ def build(
         + ") "
         f"on the shared speech corpus: {len(train_bona)} bona fide training speakers, "
         f"{sum(c.label == 0 for c in parts['train'])} files; spoof systems {', '.join(families)}; "
-        f"{cfg.windows} telephone-channel windows, {cfg.epochs} epochs; ONNX opset {OPSET}, "
+        f"{cfg.windows} telephone-channel windows, {cfg.epochs} epochs, then "
+        f"{cfg.stage2_windows} {'wide' if cfg.stage2_wide else 'telephone'}-channel windows, "
+        f"{cfg.stage2_epochs} epochs; "
+        f"ONNX opset {OPSET}, "
         f"max |ONNX Runtime - torch| on P(spoof) {diff:.1e} over {len(check)} windows; "
         + data_licences(used)
     )
@@ -355,6 +391,7 @@ def run_cli(
     quick: bool,
     hold_out: str | None = None,
     lofo_all: bool = False,
+    stage2: str | None = None,
 ) -> int:
     from detectors.aasist.importer import torch_available
 
@@ -375,6 +412,7 @@ def run_cli(
             out_dir, work, speech_dir, seed, quick,
             progress=lambda m: print(m, file=sys.stderr, flush=True),
             hold_out=hold_out,
+            cfg=None if stage2 is None or quick else STAGE2[stage2],
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

@@ -8,7 +8,11 @@ limit (edges drawn), optional noise (white, pink or brown, 10-45 dB SNR), an opt
 noise gate (digital silence between words, as silence suppression makes it), and a
 codec: G.711 µ-law through the native jitter buffer (optionally with packet loss,
 concealed exactly as the live runtime conceals it), G.711 A-law, or plain 16-bit PCM.
-``condition`` applies one named condition deterministically (dev scoring).
+``wide=True`` (the optional second training stage) adds what a call crosses before the gateway:
+room reverberation (sox) and an upstream mobile / VoIP codec (GSM 06.10 via sox, or
+Opus 8-16 kbit/s via libopus), on both classes alike, so that a codec's artefacts are
+not taken for a vocoder's. ``condition`` applies one named condition deterministically
+(dev scoring).
 """
 
 from __future__ import annotations
@@ -87,9 +91,25 @@ def _noise(n: int, rng: np.random.Generator) -> FloatArray:
     return result
 
 
-def augment(x8: FloatArray, rng: np.random.Generator) -> FloatArray:
+WIDE_REVERB = 0.1  # share of windows reverberated (wide channel only)
+WIDE_UPSTREAM = 0.35  # share through an upstream GSM / Opus leg (wide channel only)
+
+
+def _upstream(y: FloatArray, rng: np.random.Generator) -> FloatArray:
+    from detectors.eval import channels
+
+    if rng.random() < 0.4:
+        return channels.apply("gsm", y, 0)
+    return channels.opus_roundtrip(y, int(rng.choice((8, 10, 12, 16))) * 1000)
+
+
+def augment(x8: FloatArray, rng: np.random.Generator, wide: bool = False) -> FloatArray:
     """One random telephone channel on an 8 kHz window (see the module docstring)."""
     y = x8.astype(np.float32, copy=True)
+    if wide and rng.random() < WIDE_REVERB:
+        from detectors.eval import channels
+
+        y = channels.apply("reverb", y, 0)
     peak = float(np.max(np.abs(y))) or 1.0
     y *= np.float32(rng.uniform(0.08, 0.9) / peak)
     if rng.random() < 0.6:
@@ -103,6 +123,8 @@ def augment(x8: FloatArray, rng: np.random.Generator) -> FloatArray:
         frames = y[: len(y) // 160 * 160].reshape(-1, 160)
         quiet = np.mean(frames**2, axis=1) < 10 ** (rng.uniform(-55, -40) / 10)
         frames[quiet] = 0.0
+    if wide and rng.random() < WIDE_UPSTREAM:
+        y = _upstream(y, rng)
     codec = rng.random()
     if codec < 0.45:
         loss = float(rng.uniform(0.01, 0.08)) if rng.random() < 0.3 else 0.0

@@ -68,6 +68,20 @@ def test_channel_keeps_length_and_speech() -> None:
         y = channel.augment(x, rng)
         assert y.shape == x.shape and np.isfinite(y).all() and np.abs(y).max() <= 1.0
         assert np.abs(np.corrcoef(x, y)[0, 1]) > 0.5
+    wide = [channel.augment(x, rng, wide=True) for _ in range(40)]
+    for y in wide:  # reverberation and GSM / Opus upstream legs keep the window usable
+        assert y.shape == x.shape and np.isfinite(y).all() and np.abs(y).max() <= 1.0
+        assert np.abs(np.corrcoef(x[400:-400], y[400:-400])[0, 1]) > 0.3
+
+    # an upstream GSM / Opus leg is lossy well beyond G.711's rounding, yet keeps the tone
+    def err(y: np.ndarray) -> float:
+        return float(np.mean((y[800:-800] - x[800:-800]) ** 2) / np.mean(x**2))
+
+    ulaw = err(channel.condition(x, "pcmu"))
+    for i in range(4):
+        up = channel._upstream(x, np.random.default_rng(i))
+        assert up.shape == x.shape and np.corrcoef(x[800:-800], up[800:-800])[0, 1] > 0.5
+        assert err(up) > 3 * ulaw
     for name in ("clean", "pcmu", "pcma"):
         y = channel.condition(x, name)
         assert np.corrcoef(x[200:-200], y[200:-200])[0, 1] > 0.999
