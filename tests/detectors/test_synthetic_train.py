@@ -187,6 +187,18 @@ def test_eval_by_family_on_the_quick_test_split(quick: Any, tmp_path: Path) -> N
     assert report["detectors"][0]["excluded_training_speakers"] == 0  # test split only
 
 
+def test_training_stage_cache_keys() -> None:
+    """A cached stage is reused only for the settings it was trained with: stage 1 ignores
+    the stage-2 settings, stage 2 depends on both stages and on the channel."""
+    base = train.TrainConfig()
+    wide = train.TrainConfig(stage2_windows=8_000)
+    narrow = train.TrainConfig(stage2_windows=8_000, stage2_wide=False)
+    assert train.stage_key(base, 1) == train.stage_key(wide, 1) == train.stage_key(narrow, 1)
+    assert train.stage_key(train.TrainConfig(epochs=3), 1) != train.stage_key(base, 1)
+    keys = {train.stage_key(c, 2) for c in (base, wide, narrow, train.TrainConfig(epochs=3))}
+    assert len(keys) == 4
+
+
 def test_family_of_and_eer_helpers() -> None:
     assert family_of("gemini_Kore") == "gemini" and family_of("world_so762_0001") == "world"
     result = eer([0.1, 0.2], [0.8, 0.9])
