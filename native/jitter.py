@@ -168,6 +168,7 @@ class DtmfEvent:
     token: int
     volume: int
     ended: bool
+    kind: int = 0  # 0 digit, 1 navigation (* or #), 2 other (A-D, flash): never the digit
 
 
 _STATS_FIELDS = tuple(name for name, _ in ffi.typeof("cs_jb_stats").fields if name != "wait_hist")
@@ -262,6 +263,7 @@ class JitterBuffer:
                 token=int(e.token),
                 volume=int(e.volume),
                 ended=bool(e.ended),
+                kind=int(e.kind),
             )
             for e in (out[k] for k in range(n))
         ]

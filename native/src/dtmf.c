@@ -70,6 +70,9 @@ int cs_dtmf_packet(cs_dtmf_tracker *t, const uint8_t *payload, uint32_t len, uin
     t->cur.duration_ms = duration_ms;
     t->cur.token = event <= 16 ? t->perm[event] : 0xFF;
     t->cur.volume = volume;
+    t->cur.kind = event <= 9                   ? CS_DTMF_KIND_DIGIT
+                  : (event == 10 || event == 11) ? CS_DTMF_KIND_NAV
+                                                 : CS_DTMF_KIND_OTHER;
     t->events++;
     if (end) {
         t->cur.ended = 1;

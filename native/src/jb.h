@@ -142,6 +142,8 @@ typedef struct {
     uint64_t wait_hist[501];              /* CS_WAIT_HIST_BUCKETS */
 } cs_jb_stats;
 
+enum { CS_DTMF_KIND_DIGIT = 0, CS_DTMF_KIND_NAV = 1, CS_DTMF_KIND_OTHER = 2 };
+
 /* A deduplicated RFC 4733 event. The digit never leaves C: `token` is a per-call keyed
  * permutation of it, good for "same key as before?" and nothing else. */
 typedef struct {
@@ -152,7 +154,7 @@ typedef struct {
     uint8_t token;
     uint8_t volume;
     uint8_t ended;
-    uint8_t reserved;
+    uint8_t kind;            /* CS_DTMF_KIND_*: digit, navigation (* #) or other; no digit */
 } cs_dtmf_event;
 
 cs_jb *cs_jb_new(const cs_jb_config *cfg);
