@@ -47,6 +47,8 @@ from detectors.bus.policy import DimensionPolicy, Policy, Scope, with_model_thre
 from detectors.contract import WindowResult
 
 _BAND_ORDER = {Band.LOW: 0, Band.ELEVATED: 1, Band.HIGH: 2}
+# judged from signalling, not audio: early media does not hold their alerts back
+SIGNAL_DIMENSIONS = frozenset({Dimension.CALLER_ID})
 
 
 class AlertPublisher(Protocol):
@@ -154,7 +156,9 @@ class Fusion:
         call.model_versions[result.detector] = result.model_version
         call.provider = call.provider or result.provider
         self.publisher.publish_score(_score_update(result))
-        if result.score is None or result.key.start_s < call.early_until_s:
+        if result.score is None or (
+            result.key.start_s < call.early_until_s and result.dimension not in SIGNAL_DIMENSIONS
+        ):
             return
         pol = call.rules_for(self.policy)[result.dimension]
         if pol is self.policy.default and 0.0 < result.threshold < 1.0:

@@ -245,6 +245,14 @@ class DetectorRuntime:
             if jobs:
                 self.scheduler.submit(jobs)
 
+    def signal(self, result: WindowResult) -> None:
+        """A result no audio window produced (call metadata: the caller_id detector),
+        from any thread: straight to fusion and the per-window hook."""
+        with self._lock:
+            self.fusion.on_result(result)
+        if self._on_result is not None:
+            self._on_result(result)
+
     def _sink(self, result: WindowResult) -> None:
         results = (result,) if self.stage is None else self.stage.process(result)
         with self._lock:

@@ -45,11 +45,13 @@ from detectors.alert_schema import (
 from detectors.bus.coverage_objective import CoverageTracker
 from detectors.bus.numbers import NumberVault
 from detectors.bus.policy import Scope
+from detectors.caller_id.service import CallerIdDetector
 from detectors.contract import WindowResult
 from detectors.echo import EchoGate
 from detectors.replay.stage import ReplayStage
 from detectors.runtime import DetectorRuntime
 from native.ingest import Ingest, PulledFrames
+from sip_bridge.caller_id import caller_metadata
 from sip_bridge.calls import Call
 from sip_bridge.coverage import FrameTally, LegTally, WindowTally
 from sip_bridge.evidence import EvidenceRecorder
@@ -110,16 +112,19 @@ class Analysis:
         echo: EchoGate | None = None,
         replay: ReplayStage | None = None,
         evidence: EvidenceRecorder | None = None,
+        caller_id: CallerIdDetector | None = None,
     ) -> None:
         """``windows`` must be the tally the runtime's ``on_result`` feeds. ``echo``:
         the gate fed every tick (external legs gated, internal legs its reference);
         ``replay``: the replay stage, told each call's keyed ANI hash; ``evidence``:
-        the recorder keeping external-leg audio around alerts (tenants that opt in)."""
+        the recorder keeping external-leg audio around alerts (tenants that opt in);
+        ``caller_id``: the detector handed each call's caller-ID metadata."""
         self.coverage = coverage
         self.numbers = numbers  # seals ANI/DNIS into call events (issue 11)
         self.echo = echo
         self.replay = replay
         self.evidence = evidence
+        self.caller_id = caller_id
         self.runtime = runtime
         self.bus = bus
         self.ingest = ingest
@@ -176,6 +181,12 @@ class Analysis:
         if self.replay is not None and event.event != "ended":
             ani_hash = event.numbers.ani_hash if event.numbers is not None else ""
             self.replay.annotate(call.call_id, ani_hash, call.correlation_id)
+        if self.caller_id is not None:
+            if event.event == "ended":
+                self.caller_id.end_call(call.call_id)
+            else:
+                ani_hash = event.numbers.ani_hash if event.numbers is not None else ""
+                self.caller_id.update(call.call_id, caller_metadata(call, ani_hash))
         self.bus.publish_event(event)
         if self.coverage is not None:
             for system_event in self.coverage.observe(event):

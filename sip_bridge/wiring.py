@@ -51,6 +51,7 @@ from detectors.vad.install import NAME as VAD_NAME
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
 from sip_bridge.biometrics import Biometrics, build_biometrics, mode_gate, speaker_manifest
+from sip_bridge.caller_id import build_caller_id
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.evidence import EvidenceRecorder
@@ -190,6 +191,10 @@ class Wiring:
                 ]
             ),
         )
+        # caller_id: judged from signalling (no model), into the same fusion
+        self.caller_id = build_caller_id(
+            self.runtime, self.client, Keys(self.bus_settings.key_prefix)
+        )
         self.echo = EchoGate(max_legs=max(1, 2 * max_calls)) if settings.echo_gate else None
         self.runtime.bank.echo = self.echo
         # Silero, where installed, decides the net speech of every window (too_little_speech)
@@ -264,6 +269,7 @@ class Wiring:
             self.echo,
             self.replay.stage if self.replay else None,
             self.evidence,
+            self.caller_id,
         )
         self.enricher.analysis = self.analysis
         self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)
@@ -285,6 +291,7 @@ class Wiring:
             self.replay.start()
         if self.evidence is not None:
             self.evidence.start()
+        self.caller_id.start()
         if self.supervisor is not None:
             self.supervisor.start()
             self._supervising = True
@@ -309,6 +316,7 @@ class Wiring:
         if self.http is not None:
             self.http.close()
         self.runtime.close()
+        self.caller_id.close()
         if self.vad_gate is not None:
             self.vad_gate.close()
         self.policy_watch.close()

@@ -1,0 +1,177 @@
+"""The caller_id detector: call metadata in (at call start and on every update), one
+``WindowResult`` of dimension ``caller_id`` out whenever its verdict changes, into
+the same fusion as the audio detectors (policy threshold, hysteresis, one alert per
+episode). The Redis velocity work runs on its own thread: ``update`` and
+``end_call`` never block the caller (the bridge's signalling thread). Redis trouble
+is logged and counted; the call is then judged without velocity.
+
+A call whose metadata carries no caller-ID information (an RTP fork without
+signalling, an anonymous call with no Identity header) is not scored: nothing is
+emitted for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from detectors.alert_schema import Dimension, LegRole
+from detectors.caller_id.rules import CallerIdConfig, CallMetadata, Velocity, judge
+from detectors.caller_id.velocity import AniVelocity
+from detectors.contract import WindowKey, WindowQuality, WindowResult
+
+log = logging.getLogger(__name__)
+NAME = "caller_id"
+VERSION = "rules-1"
+LEG = "signalling"  # the results' leg id: they describe the call, not audio
+THRESHOLD = 0.6  # the built-in policy's (detectors.bus.policy)
+MAX_QUEUE = 10_000
+
+
+@dataclass
+class CallerIdStats:
+    updates: int = 0
+    scored: int = 0
+    abstained: int = 0
+    emitted: int = 0
+    redis_errors: int = 0
+    dropped: int = 0  # queue full
+
+
+@dataclass
+class _Call:
+    ani_hash: str = ""
+    last: tuple[float, tuple[str, ...]] | None = None
+    meta: CallMetadata | None = None
+
+
+class CallerIdDetector:
+    def __init__(
+        self,
+        sink: Callable[[WindowResult], None],
+        velocity: AniVelocity | None,
+        config: CallerIdConfig | None = None,
+        *,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.sink, self.velocity = sink, velocity
+        self.config = config or (velocity.config if velocity else CallerIdConfig())
+        self._wall = wall
+        self._calls: dict[str, _Call] = {}
+        self._queue: queue.Queue[tuple[str, str, CallMetadata | None] | None] = queue.Queue(
+            MAX_QUEUE
+        )
+        self._thread: threading.Thread | None = None
+        self._marks: list[threading.Event] = []
+        self.stats = CallerIdStats()
+
+    # ---- the caller's side (any thread, never blocks) --------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="caller-id", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def update(self, call_id: str, meta: CallMetadata) -> None:
+        """The call's metadata at start or after an update (re-judged if it changed)."""
+        self._put((call_id, "update", meta))
+
+    def end_call(self, call_id: str) -> None:
+        self._put((call_id, "end", None))
+
+    def _put(self, item: tuple[str, str, CallMetadata | None]) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.stats.dropped += 1
+            log.error("caller_id: queue full, call %s's update dropped", item[0])
+
+    def drain(self, timeout_s: float = 5.0) -> bool:
+        """Wait until everything queued so far is handled (tests, shutdown)."""
+        done = threading.Event()
+        self._marks.append(done)
+        self._queue.put(("", "mark", None))
+        return done.wait(timeout_s)
+
+    # ---- the worker -------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            call_id, what, meta = item
+            try:
+                if what == "mark":
+                    self._marks.pop(0).set()
+                elif what == "end":
+                    self._end(call_id)
+                elif meta is not None:
+                    self.handle(call_id, meta)
+            except Exception:  # one bad call must not stop the others
+                log.exception("caller_id: call %s not judged", call_id)
+
+    def handle(self, call_id: str, meta: CallMetadata) -> WindowResult | None:
+        """Judge one update now (on this thread) and emit the result if it changed."""
+        self.stats.updates += 1
+        call = self._calls.setdefault(call_id, _Call())
+        if call.meta == meta:
+            return None
+        call.meta = meta
+        call.ani_hash = meta.ani_hash or call.ani_hash
+        velocity = self._velocity(call_id, meta)
+        verdict = judge(meta, velocity, self.config)
+        if verdict is None:
+            self.stats.abstained += 1
+            return None
+        self.stats.scored += 1
+        if verdict == call.last:
+            return None
+        call.last = verdict
+        result = WindowResult(
+            key=WindowKey(call_id, LEG, LegRole.EXTERNAL, 0.0, 0.0),
+            detector=NAME,
+            model_version=VERSION,
+            dimension=Dimension.CALLER_ID,
+            provider="rules",
+            score=verdict[0],
+            threshold=THRESHOLD,
+            abstained=None,
+            quality=WindowQuality(),
+            reasons=verdict[1],
+        )
+        self.stats.emitted += 1
+        self.sink(result)
+        return result
+
+    def _velocity(self, call_id: str, meta: CallMetadata) -> Velocity:
+        if self.velocity is None or not meta.ani_hash:
+            return Velocity()
+        try:
+            return self.velocity.observe(
+                call_id, meta.ani_hash, meta.verified_attested, self._wall()
+            )
+        except (redis.RedisError, OSError) as exc:
+            self.stats.redis_errors += 1
+            log.warning("caller_id: ANI velocity unavailable (%s)", type(exc).__name__)
+            return Velocity()
+
+    def _end(self, call_id: str) -> None:
+        call = self._calls.pop(call_id, None)
+        if call is None or self.velocity is None or not call.ani_hash:
+            return
+        try:
+            self.velocity.end(call_id, call.ani_hash)
+        except (redis.RedisError, OSError) as exc:
+            self.stats.redis_errors += 1
+            log.warning("caller_id: live entry not removed (%s)", type(exc).__name__)

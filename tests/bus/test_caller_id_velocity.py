@@ -1,0 +1,80 @@
+"""ANI velocity against a real redis-server: concurrent and recent counts across
+"nodes" (two detectors sharing one Redis), the window trimming, keys that expire on
+their own, and nothing but the keyed hash stored."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import redis
+
+from detectors.bus.keys import Keys
+from detectors.bus.numbers import NumberVault
+from detectors.caller_id.rules import CallerIdConfig, CallMetadata
+from detectors.caller_id.service import CallerIdDetector
+from detectors.caller_id.velocity import AniVelocity
+from detectors.contract import WindowResult
+
+NUMBER = "+1 (415) 555-0142"
+KEYS = Keys("cs-test:")
+
+
+def test_concurrent_and_recent_counts_across_nodes(client: redis.Redis) -> None:
+    cfg = CallerIdConfig(concurrent=3, concurrent_high=5, recent=4, recent_high=8)
+    vault = NumberVault(secrets.token_bytes(32))
+    h = vault.ani_hash(NUMBER)
+    results: list[WindowResult] = []
+    nodes = [CallerIdDetector(results.append, AniVelocity(client, KEYS, cfg)) for _ in range(2)]
+    t = [1000.0]
+    for n in nodes:
+        n._wall = lambda: t[0]
+    meta = CallMetadata("A", "verified", "", True, h)
+    for i in range(2):
+        nodes[i % 2].handle(f"call-{i}", meta)
+    assert [r.score for r in results] == [0.0, 0.0]
+    third = nodes[0].handle("call-2", meta)
+    assert third is not None and third.score is not None and third.score >= 0.6
+    assert third.reasons == ("same caller ID on 3 concurrent calls (>= 3)",)
+    # an update of a call does not count it twice
+    again = nodes[0].velocity
+    assert again is not None
+    assert again.observe("call-2", h, True, t[0]).concurrent == 3
+    # two calls end (on either node): no longer concurrent, still recent
+    for i in range(2):
+        nodes[i % 2].handle(f"call-{i}", meta)  # known metadata: no new observation
+        nodes[i % 2]._end(f"call-{i}")
+    assert nodes[1].velocity is not None
+    v = nodes[1].velocity.observe("call-3", h, True, t[0] + 10)
+    assert (v.concurrent, v.recent) == (2, 4)
+    # later than the window: the early calls no longer count as recent
+    v = nodes[1].velocity.observe("call-4", h, True, t[0] + cfg.recent_window_s + 5)
+    assert (v.concurrent, v.recent) == (3, 2)
+    assert v.attested_before == 4  # calls 0-3 came verified A (call-4's own not counted)
+    # a different number is counted apart
+    other = nodes[0].velocity
+    assert other is not None
+    assert other.observe("call-9", vault.ani_hash("+14155550199"), False, t[0]).concurrent == 1
+
+
+def test_keys_hold_only_the_hash_and_expire(client: redis.Redis) -> None:
+    cfg = CallerIdConfig(recent_window_s=1.0, live_ttl_s=1.0, attested_ttl_s=1.0)
+    vault = NumberVault(secrets.token_bytes(32))
+    h = vault.ani_hash(NUMBER)
+    vel = AniVelocity(client, KEYS, cfg)
+    v = vel.observe("call-a", h, True, time.time())
+    assert (v.concurrent, v.recent, v.attested_before) == (1, 1, 0)
+    keys = sorted(k.decode() for k in client.keys("cs-test:ani:*"))
+    assert keys == [f"cs-test:ani:{w}:{h}" for w in ("attested", "live", "recent")]
+    digits = "14155550142"
+    for k in keys:
+        assert 0 < client.ttl(k) <= 2
+        members = client.zrange(k, 0, -1)
+        assert members == [b"call-a"]
+        assert digits not in k and "555" not in k
+    dump = b"".join(client.dump(k) or b"" for k in keys)
+    assert digits.encode() not in dump
+    deadline = time.monotonic() + 10
+    while client.keys("cs-test:ani:*") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.keys("cs-test:ani:*") == []
