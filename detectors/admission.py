@@ -3,8 +3,13 @@ the next one when it is full (DESIGN §8).
 
 Capacity is the smaller of a configured ceiling and an estimate from measurement: each
 detector's cost per window (an EWMA of batch run time / batch size, in worker-seconds)
-times the windows per second one call asks of it, against ``workers × utilisation``.
-The node is also over capacity while the recent p99 queue wait exceeds its limit.
+times the windows per second one call asks of it (the hop grid plus, for the dimensions
+windowed at utterance ends too, the measured share of extra end windows), against
+``workers × utilisation``. The node is also over capacity while its queue wait exceeds
+the limit: the p99 of the waits observed in the last ``wait_horizon_s`` (older samples
+expire, so an idle node's door reopens; a burst does not close it for good), or the age
+of the oldest window queued now (a stalled queue closes it even when no batch finishes;
+an empty queue waits 0).
 Over capacity, a new call is refused (``refuse``: the bridge answers 503) or admitted
 unanalysed (``shed``: SIPREC still gets its 200, the call is marked
 ``unanalyzed:capacity``).
@@ -13,7 +18,9 @@ unanalysed (``shed``: SIPREC still gets its 200, the call is marked
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -35,6 +42,7 @@ class AdmissionConfig:
     utilisation: float = 0.8
     queue_wait_limit_s: float = 0.25
     min_samples: int = 50  # queue waits needed before they can close the door
+    wait_horizon_s: float = 5.0  # queue waits older than this no longer count
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +58,19 @@ class Admission:
         config: AdmissionConfig,
         windows_per_call_s: dict[str, float],
         metrics: DetectorMetrics | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        queue_age: Callable[[], float] | None = None,
     ) -> None:
-        """``windows_per_call_s``: per detector, windows per second one call produces."""
+        """``windows_per_call_s``: per detector, windows per second one call produces.
+        ``queue_age``: how long the oldest window queued now has waited (0: none queued),
+        on ``clock``'s timeline."""
         self.config = config
         self._demand = dict(windows_per_call_s)
         self._cost: dict[str, float] = {}
-        self._waits: deque[float] = deque(maxlen=1000)
+        self._waits: deque[tuple[float, float]] = deque(maxlen=1000)  # (observed at, wait)
+        self._clock = clock
+        self._queue_age = queue_age
         self._calls: set[str] = set()
         self._lock = threading.Lock()
         self._metrics = metrics
@@ -66,7 +81,8 @@ class Admission:
         with self._lock:
             old = self._cost.get(detector)
             self._cost[detector] = per_window if old is None else 0.9 * old + 0.1 * per_window
-            self._waits.extend(waits)
+            now = self._clock()
+            self._waits.extend((now, w) for w in waits)
         self._publish()
 
     def capacity(self) -> int:
@@ -81,10 +97,21 @@ class Admission:
         budget = self.config.workers * self.config.utilisation
         return min(ceiling, int(budget / load_per_call))
 
-    def _waits_p99(self) -> float:
+    def queue_wait(self) -> float:
+        """The queue-wait signal admission compares with its limit, s."""
+        with self._lock:
+            return self._queue_wait()
+
+    def _queue_wait(self) -> float:
+        now = self._clock()
+        horizon = now - self.config.wait_horizon_s
+        while self._waits and self._waits[0][0] < horizon:
+            self._waits.popleft()
+        live = self._queue_age() if self._queue_age is not None else 0.0
         if len(self._waits) < self.config.min_samples:
-            return 0.0
-        return float(np.percentile(np.fromiter(self._waits, float), 99))
+            return live
+        recent = np.fromiter((w for _, w in self._waits), float, len(self._waits))
+        return max(live, float(np.percentile(recent, 99)))
 
     def active(self) -> int:
         """Calls admitted for analysis now."""
@@ -100,7 +127,7 @@ class Admission:
             if call_id in self._calls:
                 return Decision(True, True, "already admitted")
             full = len(self._calls) >= self._capacity()
-            slow = self._waits_p99() > self.config.queue_wait_limit_s
+            slow = self._queue_wait() > self.config.queue_wait_limit_s
             if full or slow:
                 reason = "capacity" if full else "queue wait over limit"
                 policy = self.config.policy

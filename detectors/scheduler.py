@@ -159,6 +159,13 @@ class Scheduler:
         with self._cond:
             return {name: len(lane.queue) for name, lane in self._lanes.items()}
 
+    def oldest_wait(self) -> float:
+        """How long the oldest window queued now has waited, s (0: nothing queued)."""
+        now = self._clock()
+        with self._cond:
+            ready = [lane.queue[0].ready_at for lane in self._lanes.values() if lane.queue]
+        return max(0.0, now - min(ready)) if ready else 0.0
+
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Block until no window is queued or running, so every window submitted so far
         has reached the sink; False on timeout. For offline drivers that advance a

@@ -141,3 +141,99 @@ def test_metrics_exposition_names() -> None:
         "callshield_jb_packets_late_total 3.0",
     ):
         assert name in text
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_queue_wait_expires_when_no_windows_flow() -> None:
+    """A busy round's waits close the door; with no window queued they expire after the
+    horizon (an idle node admits a single call again), a stalled queue closes it alone."""
+    clock, queued = _Clock(), [0.0]
+    adm = Admission(
+        AdmissionConfig(min_samples=10, wait_horizon_s=5.0, policy=OverloadPolicy.REFUSE),
+        {"m": 0.5},
+        clock=clock,
+        queue_age=lambda: queued[0],
+    )
+    adm.observe_batch("m", 20, 0.2, [0.6] * 20)  # the busy round
+    assert adm.admit("a").reason == "queue wait over limit"
+    clock.t += 4.9
+    assert not adm.admit("b").analysed  # still within the horizon
+    clock.t += 0.2
+    assert adm.queue_wait() == 0.0  # nothing queued, nothing recent: the wait is 0
+    assert adm.admit("c").analysed
+    queued[0] = 0.4  # the oldest window queued has waited 400 ms: stalled, no batch done
+    assert adm.admit("d").reason == "queue wait over limit"
+    queued[0] = 0.0
+    assert adm.admit("d").analysed
+
+
+def test_cost_counts_utterance_end_windows(
+    tiny_aasist: Built, vad_model: Built, make_detector: Callable[[Built], OnnxDetector]
+) -> None:
+    """Admission's demand per call: the hop grid, plus the measured share of utterance-end
+    windows for the dimensions cut there (the VAD is not)."""
+    aasist, vad = make_detector(tiny_aasist), make_detector(vad_model)
+    rt = DetectorRuntime([aasist, vad], Publisher(), config=RuntimeConfig(utterance_end_share=0.14))
+    sv, va = aasist.spec, vad.spec
+    rt.admission.observe_batch(sv.name, 1, 0.01, [0.0])
+    rt.admission.observe_batch(va.name, 1, 0.01, [0.0])
+    per_call = 0.01 * 1.14 / sv.hop_s + 0.01 / va.hop_s
+    assert rt.admission.capacity() == int(2 * 0.8 / per_call)
+    grid_only = DetectorRuntime([aasist, vad], Publisher(), config=RuntimeConfig(utterances=None))
+    grid_only.admission.observe_batch(sv.name, 1, 0.01, [0.0])
+    grid_only.admission.observe_batch(va.name, 1, 0.01, [0.0])
+    assert grid_only.admission.capacity() == int(2 * 0.8 / (0.01 / sv.hop_s + 0.01 / va.hop_s))
+
+
+def test_idle_runtime_admits_after_a_burst(
+    speech_8k: npt.NDArray[np.int16],
+    tiny_aasist: Built,
+    vad_model: Built,
+    make_detector: Callable[[Built], OnnxDetector],
+) -> None:
+    """Through the real runtime: a burst whose windows wait in the queue closes the door
+    (queue wait over the limit); once the queue is empty and the horizon has passed with
+    no window flowing, a new call is analysed again. The runtime's clock is the real one
+    plus an offset: the idle period is a jump of the offset, not a sleep."""
+    horizon, skip = 30.0, [0.0]
+    rt = DetectorRuntime(
+        [make_detector(tiny_aasist), make_detector(vad_model)],
+        Publisher(),
+        config=RuntimeConfig(
+            workers=1,
+            lanes=LaneConfig(max_batch=1, max_wait_s=0.0, deadline_s=60),
+            admission=AdmissionConfig(
+                policy=OverloadPolicy.REFUSE,
+                queue_wait_limit_s=0.05,
+                min_samples=20,
+                wait_horizon_s=horizon,
+            ),
+        ),
+        clock=lambda: time.monotonic() + skip[0],
+    )
+    legs = {}
+    for i in range(8):
+        assert rt.open_call(f"c{i}").analysed
+        rt.add_leg(f"c{i}", i + 1, "caller", LegRole.EXTERNAL)
+        legs[i + 1] = speech_8k[i * 16000 : i * 16000 + 3 * 8000]
+    _drive(rt, legs, 3.0)  # the windows queue up before the scheduler runs...
+    time.sleep(0.1)  # ...and wait at least 100 ms, twice the limit
+    try:
+        rt.start()
+        assert rt.scheduler.wait_idle(60)
+        d = rt.admission.admit("during")
+        assert not d.analysed and d.reason == "queue wait over limit"
+        for i in range(8):
+            rt.end_call(f"c{i}")
+        assert not rt.admission.admit("ended").analysed  # the burst's waits still count
+        skip[0] = horizon + 1.0  # idle: no call, no window, for longer than the horizon
+        assert rt.open_call("after").analysed
+    finally:
+        rt.close()
