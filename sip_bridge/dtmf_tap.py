@@ -1,0 +1,151 @@
+"""A live call's DTMF to the dtmf_behaviour dimension (issue 6), on the playout thread.
+
+Per analysed leg (never an internal one: ``Analysis`` hands only the legs it
+registered), every tick:
+
+- in-band: the leg's 8 kHz frame goes through the Goertzel detector
+  (``detectors.dtmf.goertzel``); a key it confirms becomes a token through a per-leg
+  random permutation at once (the key index is dropped) and waits ``hold_ms``;
+- RFC 4733: every ``poll_every`` ticks (staggered over legs) the leg's tracker
+  events are taken (keyed tokens from C, never digits);
+- deduplication: an in-band key that an RFC 4733 event of the same leg overlaps
+  (first seen within ``dedup_ms`` before it, or up to ``hold_ms`` after it: the tone
+  plays out after the jitter buffer's delay, the event arrives before) is dropped, so
+  an SBC sending both counts each key once;
+- the leg's ``DtmfCall`` gets the presses and is flushed; completed entries' results
+  go to ``deliver`` (the runtime's fusion path) after the bridge's locks are released.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from detectors.contract import WindowResult
+from detectors.dtmf.behaviour import KIND_DIGIT, KIND_NAV, KIND_OTHER, DtmfCall, DtmfConfig
+from detectors.dtmf.goertzel import FRAME, NAV, OTHER, InbandDtmf
+from native.ingest import Ingest, PulledFrames
+
+INBAND_TOKEN = 0x4000  # in-band tokens live apart from the C tracker's (0..16, 0xFF)
+
+
+@dataclass(slots=True)
+class _Leg:
+    slot: int
+    call: DtmfCall
+    perm: list[int]  # in-band key index -> token (per leg, random)
+    rfc_seen: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # first_seen_ns
+    held: deque[tuple[int, int, int]] = field(default_factory=deque)  # (at_ns, token, kind)
+
+
+@dataclass
+class DtmfTapStats:
+    rfc_events: int = 0
+    inband_keys: int = 0
+    inband_deduplicated: int = 0
+    results: int = 0
+    errors: int = 0
+
+
+class DtmfTap:
+    def __init__(
+        self,
+        ingest: Ingest,
+        max_legs: int = 1024,
+        config: DtmfConfig | None = None,
+        poll_every: int = 5,
+        hold_ms: int = 300,
+        dedup_ms: int = 600,
+    ) -> None:
+        self.ingest, self.config = ingest, config or DtmfConfig()
+        self.poll_every, self.hold_ns, self.dedup_ns = poll_every, hold_ms * 10**6, dedup_ms * 10**6
+        self.inband = InbandDtmf(max_legs)
+        self._free = list(range(max_legs - 1, -1, -1))
+        self._legs: dict[int, _Leg] = {}  # stream id -> state
+        self._tick = 0
+        self.stats = DtmfTapStats()
+
+    def sync(self, legs: Mapping[int, tuple[str, str]], now_ns: int) -> None:
+        """The analysed legs now: stream id -> (call id, leg id)."""
+        for sid in [s for s, leg in self._legs.items() if s not in legs]:
+            self._drop(sid)
+        for sid, (call_id, leg_id) in legs.items():
+            leg = self._legs.get(sid)
+            if leg is not None and (leg.call.call_id, leg.call.leg_id) == (call_id, leg_id):
+                continue
+            if leg is not None:
+                self._drop(sid)
+            if not self._free:
+                self.stats.errors += 1
+                continue
+            slot = self._free.pop()
+            self.inband.reset([slot])
+            perm = random.SystemRandom().sample(range(16), 16)
+            self._legs[sid] = _Leg(slot, DtmfCall(call_id, leg_id, now_ns, self.config), perm)
+
+    def _drop(self, sid: int) -> None:
+        leg = self._legs.pop(sid)
+        leg.call.wipe()
+        leg.perm.clear()
+        leg.held.clear()
+        self.inband.reset([leg.slot])
+        self._free.append(leg.slot)
+
+    def push(self, now_ns: int, frames: PulledFrames) -> list[WindowResult]:
+        """One tick; returns the results to deliver (outside the bridge's locks)."""
+        out: list[WindowResult] = []
+        self._tick += 1
+        if not self._legs:
+            return out
+        rows, slots = [], []
+        for row, sid in enumerate(frames.ids.tolist()):
+            leg = self._legs.get(sid)
+            if leg is not None and int(frames.infos["samples"][row]) == FRAME:
+                rows.append(row)
+                slots.append(leg.slot)
+        by_slot = {leg.slot: leg for leg in self._legs.values()}
+        if rows:
+            pcm = frames.pcm[rows, :FRAME].astype(np.float32)
+            for on in self.inband.update(np.asarray(slots, np.intp), pcm):
+                leg = by_slot[on.row]
+                kind = KIND_NAV if on.key in NAV else KIND_OTHER if on.key in OTHER else KIND_DIGIT
+                # the tone began about ON_HOPS hops ago
+                leg.held.append((now_ns - 2 * 20_000_000, INBAND_TOKEN | leg.perm[on.key], kind))
+                self.stats.inband_keys += 1
+        for sid, leg in self._legs.items():
+            if (self._tick + leg.slot) % self.poll_every == 0:
+                self._poll(sid, leg, out)
+            self._release(leg, now_ns, out)
+            r = leg.call.flush(now_ns)
+            if r is not None:
+                out.append(r)
+        self.stats.results += len(out)
+        return out
+
+    def _poll(self, sid: int, leg: _Leg, out: list[WindowResult]) -> None:
+        try:
+            events = self.ingest.take_dtmf(sid)
+        except OSError:
+            self.stats.errors += 1
+            return
+        for ev in events:
+            at = int(ev["first_seen_ns"])
+            leg.rfc_seen.append(at)
+            self.stats.rfc_events += 1
+            r = leg.call.press(at, int(ev["token"]), int(ev["kind"]))
+            if r is not None:
+                out.append(r)
+
+    def _release(self, leg: _Leg, now_ns: int, out: list[WindowResult]) -> None:
+        while leg.held and now_ns - leg.held[0][0] >= self.hold_ns:
+            at, token, kind = leg.held.popleft()
+            if any(at - self.dedup_ns <= t <= at + self.hold_ns for t in leg.rfc_seen):
+                self.stats.inband_deduplicated += 1
+                continue
+            r = leg.call.press(at, token, kind)
+            if r is not None:
+                out.append(r)
