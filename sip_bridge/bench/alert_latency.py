@@ -1,14 +1,18 @@
 """Alert latency: audio in -> alert out through the real bridge, N calls beside one.
 
 A real bridge in this process (its full wiring: native jitter buffer, detector runtime
-with the dev fixture models, fusion under the built-in policy, the Redis publisher) and
+with the dev fixture models or, with ``--models-dir``, the models installed there (the
+shipped set: the synthetic-voice model, the speaker model, Silero VAD), fusion under the
+built-in policy, the Redis publisher) and
 its own redis-server. Calls come through the control API, each one external leg of real
 speech as µ-law RTP paced every 20 ms: ``--lead-s`` of genuine speech (plus up to 0.9 s,
 spread between calls so utterances fall at every phase of the window grid), then one
 *suspicious utterance* of ``--utterance-s`` (speech with the synthetic-voice fixture's
-marker tone), then ``--tail-s`` of silence (the caller stops talking). Rounds of
-``--calls`` concurrent calls alternate with rounds of one call alone (the same-run
-baseline). A call whose utterance raised no alert is counted, not sampled.
+marker tone; with ``--models-dir``, synthetic speech from ``--spoof-dir``, WAVs of any
+rate resampled to 8 kHz, e.g. a ``train-synthetic`` work folder's generated test
+spoofs of a family the model catches), then ``--tail-s`` of silence (the caller stops
+talking). Rounds of ``--calls`` concurrent calls alternate with rounds of one call
+alone (the same-run baseline). A call whose utterance raised no alert is counted, not sampled.
 
 Two latencies per call (the alert's first revision):
 - ``from_utterance_end`` (issue 5's goal): the wall-clock time the alert object was
@@ -49,8 +53,9 @@ from detectors.bus.policy_store import PolicyStore
 from detectors.bus.redis_server import RedisServer, free_port
 from detectors.bus.settings import BusSettings
 from detectors.contract import WindowResult
+from detectors.eval.audio import read_audio, resample, to_int16
 from detectors.fusion import AlertPublisher
-from detectors.model_store import ModelSettings
+from detectors.model_store import ModelSettings, ModelStore
 from detectors.runtime import DetectorRuntime, DrainingStage, GatingStage, ResultStage
 from sip_bridge.bench.api_calls import ApiCall, BridgeHost, bridge_settings, utterance
 from sip_bridge.bench.report import summarize
@@ -73,6 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", choices=("full", "tiny"), default="full", help="fixtures")
     parser.add_argument("--tiny", action="store_true", help="tiny fixtures, 2 calls, 1 round")
     parser.add_argument("--speech-dir", type=Path)
+    parser.add_argument(
+        "--models-dir",
+        type=Path,
+        help="installed models instead of the fixtures (must hold a synthetic_voice model)",
+    )
+    parser.add_argument(
+        "--spoof-dir", type=Path, help="with --models-dir: synthetic speech WAVs (any rate)"
+    )
 
 
 _SV = Dimension.SYNTHETIC_VOICE
@@ -230,9 +243,64 @@ def _policy_reach(url: str, keys: Keys, wiring: Wiring, changes: int) -> list[fl
     return asyncio.run(go())
 
 
+def _installed(models_dir: Path) -> str:
+    """The installed models' names and versions; a clear error when the directory has no
+    synthetic_voice model (nothing would ever alert)."""
+    store = ModelStore(models_dir)
+    found = [i.manifest for i in store.installed() if not i.manifest.fixture]
+    if not any(m.dimension is _SV for m in found):
+        raise SystemExit(
+            f"--models-dir {models_dir}: no synthetic_voice model installed there "
+            f"(found: {', '.join(m.key for m in found) or 'none'}); train one with "
+            "`callshield models train-synthetic --out DIR`"
+        )
+    return ", ".join(sorted(m.key for m in found))
+
+
+def _spoofs(folder: Path) -> list[npt.NDArray[np.int16]]:
+    files = sorted(folder.rglob("*.wav"))
+    if not files:
+        raise SystemExit(f"--spoof-dir {folder}: no WAV files")
+    out = []
+    for f in files:
+        x, rate = read_audio(f)
+        out.append(to_int16(resample(x, rate, 8000)))
+    return out
+
+
+def _spoof_utterance(
+    speech: npt.NDArray[np.int16],
+    spoofs: list[npt.NDArray[np.int16]],
+    k: int,
+    onset_s: float,
+    length_s: float,
+) -> npt.NDArray[np.int16]:
+    """``speech`` with ``length_s`` of synthetic speech (clips from the ``k``-th on)
+    from ``onset_s``, then silence: a suspicious utterance with an end."""
+    a, n = int(onset_s * 8000), int(length_s * 8000)
+    parts, total = [], 0
+    while total < n:
+        clip = spoofs[k % len(spoofs)]
+        parts.append(clip)
+        total += clip.size
+        k += 1
+    out = speech.copy()
+    out[a : a + n] = np.concatenate(parts)[:n]
+    out[a + n :] = 0
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     calls_n, rounds, changes = args.calls, args.rounds, args.policy_changes
     models = "tiny" if args.tiny else args.models
+    models_dir: Path | None = args.models_dir
+    spoofs: list[npt.NDArray[np.int16]] = []
+    described = f"dev fixtures ({models})"
+    if models_dir is not None:
+        described = f"installed in {models_dir}: {_installed(models_dir)}"
+        if args.spoof_dir is None:
+            raise SystemExit("--models-dir needs --spoof-dir: synthetic speech the model flags")
+        spoofs, models = _spoofs(args.spoof_dir), ""
     utt_s = args.utterance_s or (0.6 if models == "tiny" else 3.0)
     lead_s, tail_s = args.lead_s, args.tail_s
     if args.tiny:
@@ -261,9 +329,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     rtp_ports=f"{rtp}-{rtp + span}",
                 ),
                 bus,
-                ModelSettings(models_dir=Path(tmp) / "no-models"),
+                ModelSettings(models_dir=models_dir or Path(tmp) / "no-models"),
             )
             stamps = _Stamps(wiring.runtime)
+
+            def suspicious(
+                speech: npt.NDArray[np.int16], k: int, onset: float
+            ) -> npt.NDArray[np.int16]:
+                if spoofs:
+                    return _spoof_utterance(speech, spoofs, 3 * k, onset, utt_s)
+                return utterance(speech, onset, utt_s)
+
             host = BridgeHost(wiring.settings, wiring)
             host.start()
             keys = Keys(PREFIX)
@@ -272,11 +348,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 for r in range(rounds):
                     base_onset = lead_s + (r % 10) / 10.0
-                    audio = utterance(leg_audio(files, r, seconds), base_onset, utt_s)
+                    audio = suspicious(leg_audio(files, r, seconds), r, base_onset)
                     base_calls += _round(host, [audio], [base_onset], utt_s)
                     onsets = [lead_s + (i % 10) / 10.0 for i in range(calls_n)]
                     load_audio = [
-                        utterance(leg_audio(files, r * calls_n + i, seconds), onsets[i], utt_s)
+                        suspicious(leg_audio(files, r * calls_n + i, seconds), i, onsets[i])
                         for i in range(calls_n)
                     ]
                     load_calls += _round(host, load_audio, onsets, utt_s)
@@ -295,7 +371,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "alert-latency",
         "setup": {
-            "models": f"dev fixtures ({models})",
+            "models": described,
+            "suspicious_utterance": f"synthetic speech from {args.spoof_dir}"
+            if spoofs
+            else "speech with the fixture's marker tone",
             "policy": "built-in (synthetic_voice: 2 of 3 windows >= 0.5)",
             "concurrent_calls": calls_n,
             "rounds": rounds,

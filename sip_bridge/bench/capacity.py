@@ -6,11 +6,14 @@ as G.711 µ-law RTP through one native jitter buffer per leg, pulled every 20 ms
 real-time clock and handed to the detector runtime (windowing, micro-batching
 scheduler, fusion) with the fixture models: the AASIST-shaped model (AASIST's front end
 and encoder compute), the embedding model and the energy VAD (``--vad-gate``: net
-speech also gated by Silero, whose cost is reported). Calls are added in steps; each
-step runs ``--step-seconds`` and reports detector queue wait, tick lag (how late
-each 20 ms tick started), CPU per call and window outcomes. The ramp stops at the
+speech also gated by Silero, whose cost is reported). ``--models-dir``: the models
+installed there instead (the shipped set: the synthetic-voice model, the speaker model,
+and Silero VAD gating the frame bank when installed there), at their manifests' hops
+unless ``--hop`` is given; the directory must hold a synthetic_voice model. Calls are
+added in steps; each step runs ``--step-seconds`` and reports detector queue wait, tick
+lag (how late each 20 ms tick started), CPU per call and window outcomes. The ramp stops at the
 first step where queue wait p99 > 250 ms, tick lag p99 > 5 ms or any window was
-unavailable; the knee is the last step that passed. In the same run, the AASIST-shaped
+unavailable; the knee is the last step that passed. In the same run, the synthetic-voice
 model's throughput with batches of ``--max-batch`` is measured against batch 1 (the
 same worker threads, back to back).
 
@@ -38,12 +41,15 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.admission import AdmissionConfig
-from detectors.alert_schema import Alert, LegRole, ScoreUpdate
+from detectors.alert_schema import Alert, Dimension, LegRole, ScoreUpdate
 from detectors.contract import WindowResult
+from detectors.manifest import ModelManifest
+from detectors.model_store import Installed, ModelStore
 from detectors.onnx_detector import OnnxDetector, probe_providers
 from detectors.runtime import DetectorRuntime, RuntimeConfig
 from detectors.scheduler import LaneConfig
 from detectors.vad.gate import VadGate, gate_from_store
+from detectors.vad.install import NAME as VAD_NAME
 from native.codec import build_rtp, ulaw_encode
 from native.ingest import PulledFrames
 from native.ingest_types import FRAME_INFO_DTYPE
@@ -60,13 +66,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", type=int, default=8, help="calls added per step")
     parser.add_argument("--max-calls", type=int, default=96)
     parser.add_argument("--step-seconds", type=float, default=12.0)
-    parser.add_argument("--hop", type=float, default=2.0, help="synthetic-voice hop, s")
+    parser.add_argument(
+        "--hop", type=float, help="synthetic-voice hop, s (fixtures: 2; installed: manifest's)"
+    )
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--max-wait-ms", type=float, default=50.0)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--threads", type=int, default=1, help="ONNX intra-op threads")
     parser.add_argument("--tiny", action="store_true", help="tiny fixtures (smoke tests)")
     parser.add_argument("--speech-dir", type=Path)
+    parser.add_argument(
+        "--models-dir",
+        type=Path,
+        help="the models installed there instead of the fixtures (needs a synthetic_voice one)",
+    )
     parser.add_argument(
         "--switch-interval-ms",
         type=float,
@@ -139,17 +152,46 @@ class _Leg:
 
 
 def _models(args: argparse.Namespace) -> list[OnnxDetector]:
+    """The detectors, the synthetic-voice one first."""
     from detectors.fixture_models import aasist_fixture, embedding_fixture, vad_fixture
 
     choice = probe_providers()
     out = []
-    for data, manifest in (aasist_fixture(args.tiny), embedding_fixture(args.tiny), vad_fixture()):
-        if manifest.dimension.value == "synthetic_voice":
+    if args.models_dir is not None:
+        found: list[tuple[ModelManifest, bytes | Path]] = [
+            (m.manifest, m.model_path) for m in _installed(args.models_dir)
+        ]
+    else:
+        args.hop = 2.0 if args.hop is None else args.hop
+        fixtures = (aasist_fixture(args.tiny), embedding_fixture(args.tiny), vad_fixture())
+        found = [(m, d) for d, m in fixtures]
+    found.sort(key=lambda f: f[0].dimension is not Dimension.SYNTHETIC_VOICE)
+    for manifest, data_or_path in found:
+        if manifest.dimension is Dimension.SYNTHETIC_VOICE and args.hop is not None:
             hop = int(args.hop * manifest.input.sample_rate)
             manifest = manifest.model_copy(
                 update={"input": manifest.input.model_copy(update={"hop": hop})}
             )
-        out.append(OnnxDetector(manifest, data, choice, intra_op_threads=args.threads))
+        out.append(OnnxDetector(manifest, data_or_path, choice, intra_op_threads=args.threads))
+    args.hop = out[0].spec.hop_s  # the synthetic-voice hop the calls join over
+    return out
+
+
+def _installed(models_dir: Path) -> list[Installed]:
+    """The detector models installed in ``models_dir`` (not fixtures, not the VAD: that
+    gates the frame bank); a clear error without a synthetic_voice model."""
+    store = ModelStore(models_dir)
+    out = []
+    for name in sorted({i.manifest.name for i in store.installed()}):
+        found = store.get(name)
+        if name != VAD_NAME and not found.manifest.fixture:
+            out.append(found)
+    if not any(i.manifest.dimension is Dimension.SYNTHETIC_VOICE for i in out):
+        names = ", ".join(i.manifest.key for i in out) or "none"
+        raise SystemExit(
+            f"--models-dir {models_dir}: no synthetic_voice model installed there (found: "
+            f"{names}); train one with `callshield models train-synthetic --out DIR`"
+        )
     return out
 
 
@@ -218,6 +260,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         on_result=stats.result,
     )
     gate = _vad_gate(rt) if args.vad_gate else None
+    if gate is None and args.models_dir is not None:
+        gate = gate_from_store(args.models_dir, rt.config.max_legs, rt.bank.ring_frames)
+        rt.bank.vad = gate
     t_warm = time.perf_counter()
     rt.start()
     warm_s = time.perf_counter() - t_warm
@@ -289,6 +334,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "models": {
                 d.spec.name: {"window_s": d.spec.window_s, "hop_s": d.spec.hop_s} for d in detectors
             },
+            "models_source": str(args.models_dir) if args.models_dir else "fixtures",
+            "silero_vad_gate": gate is not None,
             "max_batch": args.max_batch,
             "max_wait_ms": args.max_wait_ms,
             "workers": args.workers,
