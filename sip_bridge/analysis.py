@@ -54,6 +54,7 @@ from native.ingest import Ingest, PulledFrames
 from sip_bridge.caller_id import caller_metadata
 from sip_bridge.calls import Call
 from sip_bridge.coverage import FrameTally, LegTally, WindowTally
+from sip_bridge.dtmf_tap import DtmfTap
 from sip_bridge.evidence import EvidenceRecorder
 from sip_bridge.media import CapacityError
 
@@ -113,18 +114,21 @@ class Analysis:
         replay: ReplayStage | None = None,
         evidence: EvidenceRecorder | None = None,
         caller_id: CallerIdDetector | None = None,
+        dtmf: DtmfTap | None = None,
     ) -> None:
         """``windows`` must be the tally the runtime's ``on_result`` feeds. ``echo``:
         the gate fed every tick (external legs gated, internal legs its reference);
         ``replay``: the replay stage, told each call's keyed ANI hash; ``evidence``:
         the recorder keeping external-leg audio around alerts (tenants that opt in);
-        ``caller_id``: the detector handed each call's caller-ID metadata."""
+        ``caller_id``: the detector handed each call's caller-ID metadata; ``dtmf``:
+        the tap taking analysed legs' DTMF (RFC 4733 and in-band) to dtmf_behaviour."""
         self.coverage = coverage
         self.numbers = numbers  # seals ANI/DNIS into call events (issue 11)
         self.echo = echo
         self.replay = replay
         self.evidence = evidence
         self.caller_id = caller_id
+        self.dtmf = dtmf
         self.runtime = runtime
         self.bus = bus
         self.ingest = ingest
@@ -284,6 +288,7 @@ class Analysis:
     # ---- the tick (FrameSink) ----------------------------------------------------------
 
     def on_frames(self, now_ns: int, legs: Sequence[str], frames: PulledFrames) -> None:
+        keyed: list[WindowResult] = []
         with self._lock:
             rows = tuple(legs)
             if legs is not self._seen_legs or self._dirty:
@@ -291,6 +296,13 @@ class Analysis:
                     self._frames.relayout(rows, self._tallies)
                 self._seen_legs = legs if isinstance(legs, tuple) else rows
                 self._reconcile(frames)
+                if self.dtmf is not None:  # the analysed legs: never an internal one
+                    reg = self._registered
+                    self.dtmf.sync(
+                        {r.stream_id: (r.call_id, leg) for leg, r in reg.items()}, now_ns
+                    )
+            if self.dtmf is not None:
+                keyed = self.dtmf.push(now_ns, frames)
             self._frames.count(frames.infos["flag"], now_ns)
             self._read_stats(frames)
             if self.echo is not None:  # before the bank's push: same tick number
@@ -299,6 +311,8 @@ class Analysis:
                 self.evidence.push(frames)
             self.runtime.on_frames(frames)
             self._tick += 1
+        for result in keyed:  # dtmf_behaviour: to fusion outside the leg-table lock
+            self.runtime.signal(result)
         self.runtime.metrics.tick_lag.observe(max(0, time.monotonic_ns() - now_ns) / 1e9)
         self.ticks += 1
         self.last_tick_ns = now_ns

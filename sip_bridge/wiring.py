@@ -54,6 +54,7 @@ from sip_bridge.biometrics import Biometrics, build_biometrics, mode_gate, speak
 from sip_bridge.caller_id import build_caller_id
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
+from sip_bridge.dtmf_tap import DtmfTap
 from sip_bridge.evidence import EvidenceRecorder
 from sip_bridge.gc_discipline import Frozen, freeze_after_warm_up, thaw
 from sip_bridge.http import StatusServer
@@ -270,6 +271,7 @@ class Wiring:
             self.replay.stage if self.replay else None,
             self.evidence,
             self.caller_id,
+            dtmf=DtmfTap(ingest, max_legs=self.runtime.config.max_legs),
         )
         self.enricher.analysis = self.analysis
         self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)

@@ -105,6 +105,8 @@ def _builtin_dimensions() -> dict[Dimension, DimensionPolicy]:
         # biometrics): one window over the threshold is the call-level decision
         Dimension.KNOWN_FRAUDSTER: DimensionPolicy(n=1, m=1),
         Dimension.SPEECH_ACTIVITY: DimensionPolicy(alerting=False),
+        # each dtmf_behaviour result already scores the call's key presses so far
+        Dimension.DTMF_BEHAVIOUR: DimensionPolicy(n=1, m=1),
         # one verdict per call update (detectors.caller_id): a failed STIR/SHAKEN check
         # or a velocity count is the call-level decision; a dropped attestation alone
         # (0.7) stays elevated
