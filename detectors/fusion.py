@@ -291,7 +291,8 @@ def _reason(
     notes: tuple[str, ...] = (),
 ) -> Reason:
     """``notes``: the window's own reasons (e.g. the matched watchlist entry's id)."""
-    detail = f"{detector}: {score:.2f} >= {pol.threshold:.2f} over {start:.1f}-{end:.1f} s"
+    where = "from call signalling" if dim in SIGNAL_DIMENSIONS else f"over {start:.1f}-{end:.1f} s"
+    detail = f"{detector}: {score:.2f} >= {pol.threshold:.2f} {where}"
     if notes:
         detail += "; " + "; ".join(notes)
     return Reason(dimension=dim, start_s=start, end_s=end, score=score, detail=detail)

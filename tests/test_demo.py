@@ -2,9 +2,10 @@
 which derives the speaker model into an empty models directory, starts redis-server,
 the bridge, the dashboard and the webhook dispatcher, and places SIPREC calls of real
 speech into the bridge. Checked from outside: the printed dashboard URL and login work,
-the replay and watch-list calls' alerts are in Redis, the spoofed call's Identity
-verdict is in its call event, webhooks were delivered, and SIGINT ends it with exit 0
-and no process left behind. Also `--media-core`: real UDP, relays, the ingest thread."""
+the replay, watch-list and spoofed caller-ID calls' alerts are in Redis (the spoofed
+call's failed Identity verdict in its call event too), webhooks were delivered, and
+SIGINT ends it with exit 0 and no process left behind. Also `--media-core`: real UDP,
+relays, the ingest thread."""
 
 from __future__ import annotations
 
@@ -128,9 +129,9 @@ def test_demo_starts_everything_places_calls_and_stops_cleanly(tmp_path: Path) -
     tmp = re.search(r"temporary files: (\S+)", text)
     assert tmp and not Path(tmp[1]).exists(), "temporary directory left"
 
-    # Redis: the replay and watch-list alerts, the spoofed call's failed verification
+    # Redis: the replay, watch-list and caller_id alerts, the spoofed call's failed check
     dims = {a.dimension.value for a in alerts}
-    assert {"replay", "known_fraudster"} <= dims, text
+    assert {"replay", "known_fraudster", "caller_id"} <= dims, text
     verdicts = {
         e.call_id: e.identity.verification for e in events if e.event == "started" and e.identity
     }
@@ -140,7 +141,12 @@ def test_demo_starts_everything_places_calls_and_stops_cleanly(tmp_path: Path) -
     assert summary["replay-2"].endswith("replay high"), summary["replay-2"]
     assert summary["replay-1"].endswith("no alert"), summary["replay-1"]
     assert "known_fraudster" in summary["watchlisted"]
-    assert "failed (unsupported_alg)" in summary["spoofed-ani"]
+    assert "caller_id high" in summary["spoofed-ani"], summary["spoofed-ani"]
+    assert "Identity failed (unsupported_alg)" in summary["spoofed-ani"]
+    caller = [a for a in alerts if a.dimension.value == "caller_id"]
+    assert {a.call_id for a in caller} == {
+        e.call_id for e in events if e.identity and e.identity.verification == "failed"
+    }
     for name in ("genuine-1", "genuine-2"):
         assert summary[name].endswith("no alert"), summary[name]
     hooks = re.search(r"webhooks delivered: (\d+) \((\d+) with a valid signature\)", text)

@@ -149,8 +149,8 @@ def _say_models(state: models.ModelState) -> None:
     )
     print(f"models: {speaker}; replay fingerprints; Silero VAD {'on' if state.vad else 'off'}")
     print(
-        "caller ID: the bridge verifies STIR/SHAKEN and puts the verdict in the call's events; "
-        "no caller_id detector is built yet, so a spoofed caller ID raises no alert"
+        "caller ID: the bridge verifies STIR/SHAKEN (the verdict is in the call's events) and "
+        "the caller_id detector turns a failed verification into a caller_id alert"
     )
 
 

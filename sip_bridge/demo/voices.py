@@ -32,7 +32,7 @@ class CallPlan:
     kind: str  # genuine | synthetic | replay | watchlist | spoofed_caller_id
     source: str
     audio: npt.NDArray[np.int16]
-    ani: str = "+14155550100"
+    ani: str = ""  # "" until plan_calls gives each call its own number
     identity: str | None = None  # an Identity header value, for the spoofed call
     delay_s: float = 0.0  # placed this long after the others
 
@@ -153,6 +153,10 @@ def plan_calls(speech: Speech | None, seconds: float) -> tuple[list[CallPlan], l
             identity=forged_identity("+12025550123"),
         )
     )
+    for i, p in enumerate(plans):
+        # one number per caller: seven calls at once from one number is what the
+        # caller_id dimension's ANI velocity rightly flags, and the demo would show that
+        p.ani = p.ani or f"+1415555{100 + i:04d}"
     return [p for p in plans if p.audio.size >= RATE], notes
 
 
