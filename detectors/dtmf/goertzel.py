@@ -45,6 +45,7 @@ NORMAL_TWIST_DB = 8.0  # column (high group) weaker than row
 REVERSE_TWIST_DB = 4.0  # column stronger than row
 HARMONIC_DB = 12.0
 ON_HOPS = 2
+CHUNK = 16
 OFF_HOPS = 3  # a window half over the tone fails the checks: 3 misses = a pause of 40 ms
 
 Ints = npt.NDArray[np.intp]
@@ -94,7 +95,9 @@ class InbandDtmf:
         """One frame [n, 160] (int16 scale) of ``rows``: the key each hop hits, or -1."""
         two = np.concatenate([self._prev[rows], x], axis=1)
         self._prev[rows] = x
-        proj = two @ self._basis  # [n, 32]: (cos, sin) per frequency
+        # [n, 32]: (cos, sin) per frequency; in row chunks small enough that BLAS stays on
+        # this thread (a threaded sgemm on the playout thread costs far more than it saves)
+        proj = np.concatenate([two[i : i + CHUNK] @ self._basis for i in range(0, len(two), CHUNK)])
         pw = (proj[:, 0::2] ** 2 + proj[:, 1::2] ** 2) * self._scale  # mean square per tone
         energy = np.einsum("ij,ij->i", two * self._window, two) * self._energy_scale
         row_pw, col_pw, harm = pw[:, :4], pw[:, 4:8], pw[:, 8:]

@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "alert-latency": "sip_bridge.bench.alert_latency",
     "alerts": "sip_bridge.bench.alerts",
     "srtp": "sip_bridge.bench.srtp",
+    "dtmf": "sip_bridge.bench.dtmf",
 }
 
 
