@@ -1,9 +1,14 @@
 """The caller_id detector: call metadata in (at call start and on every update), one
 ``WindowResult`` of dimension ``caller_id`` out whenever its verdict changes, into
 the same fusion as the audio detectors (policy threshold, hysteresis, one alert per
-episode). The Redis velocity work runs on its own thread: ``update`` and
-``end_call`` never block the caller (the bridge's signalling thread). Redis trouble
-is logged and counted; the call is then judged without velocity.
+episode).
+
+``update`` judges the metadata at once on the caller's thread (pure rules, no I/O: a
+failed STIR/SHAKEN check reaches fusion before even a very short call ends), with the
+velocity last read for the call; the Redis velocity work runs on the detector's own
+thread, which re-judges the call with the fresh counts. Neither ``update`` nor
+``end_call`` blocks (the bridge's signalling thread calls them). Redis trouble is
+logged and counted; the call is then judged without velocity.
 
 A call whose metadata carries no caller-ID information (an RTP fork without
 signalling, an anonymous call with no Identity header) is not scored: nothing is
@@ -17,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -47,8 +52,12 @@ class CallerIdStats:
 @dataclass
 class _Call:
     ani_hash: str = ""
-    last: tuple[float, tuple[str, ...]] | None = None
     meta: CallMetadata | None = None
+    velocity: Velocity = field(default_factory=Velocity)
+    last: tuple[float, tuple[str, ...]] | None = None
+
+
+Item = tuple[str, str, CallMetadata | None]  # (call id, "velocity"/"end"/"mark", meta)
 
 
 class CallerIdDetector:
@@ -64,9 +73,8 @@ class CallerIdDetector:
         self.config = config or (velocity.config if velocity else CallerIdConfig())
         self._wall = wall
         self._calls: dict[str, _Call] = {}
-        self._queue: queue.Queue[tuple[str, str, CallMetadata | None] | None] = queue.Queue(
-            MAX_QUEUE
-        )
+        self._lock = threading.Lock()  # _calls and the order of emissions
+        self._queue: queue.Queue[Item | None] = queue.Queue(MAX_QUEUE)
         self._thread: threading.Thread | None = None
         self._marks: list[threading.Event] = []
         self.stats = CallerIdStats()
@@ -83,19 +91,34 @@ class CallerIdDetector:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def update(self, call_id: str, meta: CallMetadata) -> None:
-        """The call's metadata at start or after an update (re-judged if it changed)."""
-        self._put((call_id, "update", meta))
+    def update(self, call_id: str, meta: CallMetadata) -> WindowResult | None:
+        """The call's metadata at start or after an update: judged now with the velocity
+        known so far, and queued for a fresh velocity reading. Returns what it emitted."""
+        changed, out = self._update(call_id, meta)
+        if changed and self.velocity is not None and meta.ani_hash:
+            self._put((call_id, "velocity", meta))
+        return out
 
     def end_call(self, call_id: str) -> None:
         self._put((call_id, "end", None))
 
-    def _put(self, item: tuple[str, str, CallMetadata | None]) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            self.stats.dropped += 1
-            log.error("caller_id: queue full, call %s's update dropped", item[0])
+    def handle(self, call_id: str, meta: CallMetadata) -> WindowResult | None:
+        """``update`` and its velocity reading, both on this thread (tests, an offline
+        run); the last result it emitted."""
+        changed, out = self._update(call_id, meta)
+        if changed and self.velocity is not None and meta.ani_hash:
+            out = self._observe(call_id, meta) or out
+        return out
+
+    def _update(self, call_id: str, meta: CallMetadata) -> tuple[bool, WindowResult | None]:
+        self.stats.updates += 1
+        with self._lock:
+            call = self._calls.setdefault(call_id, _Call())
+            if call.meta == meta:
+                return False, None
+            call.meta = meta
+            call.ani_hash = meta.ani_hash or call.ani_hash
+            return True, self._judge(call_id, call, count=True)
 
     def drain(self, timeout_s: float = 5.0) -> bool:
         """Wait until everything queued so far is handled (tests, shutdown)."""
@@ -103,6 +126,13 @@ class CallerIdDetector:
         self._marks.append(done)
         self._queue.put(("", "mark", None))
         return done.wait(timeout_s)
+
+    def _put(self, item: Item) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.stats.dropped += 1
+            log.error("caller_id: queue full, call %s's %s dropped", item[0], item[1])
 
     # ---- the worker -------------------------------------------------------------------
     def _run(self) -> None:
@@ -117,25 +147,37 @@ class CallerIdDetector:
                 elif what == "end":
                     self._end(call_id)
                 elif meta is not None:
-                    self.handle(call_id, meta)
+                    self._observe(call_id, meta)
             except Exception:  # one bad call must not stop the others
                 log.exception("caller_id: call %s not judged", call_id)
 
-    def handle(self, call_id: str, meta: CallMetadata) -> WindowResult | None:
-        """Judge one update now (on this thread) and emit the result if it changed."""
-        self.stats.updates += 1
-        call = self._calls.setdefault(call_id, _Call())
-        if call.meta == meta:
+    def _observe(self, call_id: str, meta: CallMetadata) -> WindowResult | None:
+        """Count the call on its ANI hash, read the velocity, re-judge the call."""
+        assert self.velocity is not None
+        try:
+            v = self.velocity.observe(call_id, meta.ani_hash, meta.verified_attested, self._wall())
+        except (redis.RedisError, OSError) as exc:
+            self.stats.redis_errors += 1
+            log.warning("caller_id: ANI velocity unavailable (%s)", type(exc).__name__)
             return None
-        call.meta = meta
-        call.ani_hash = meta.ani_hash or call.ani_hash
-        velocity = self._velocity(call_id, meta)
-        verdict = judge(meta, velocity, self.config)
-        if verdict is None:
-            self.stats.abstained += 1
+        with self._lock:
+            call = self._calls.get(call_id)
+            if call is None:
+                return None
+            call.velocity = v
+            return self._judge(call_id, call, count=False)
+
+    def _judge(self, call_id: str, call: _Call, *, count: bool) -> WindowResult | None:
+        """Under the lock: the call's verdict now; emitted when it changed."""
+        if call.meta is None:
             return None
-        self.stats.scored += 1
-        if verdict == call.last:
+        verdict = judge(call.meta, call.velocity, self.config)
+        if count:
+            if verdict is None:
+                self.stats.abstained += 1
+            else:
+                self.stats.scored += 1
+        if verdict is None or verdict == call.last:
             return None
         call.last = verdict
         result = WindowResult(
@@ -154,20 +196,9 @@ class CallerIdDetector:
         self.sink(result)
         return result
 
-    def _velocity(self, call_id: str, meta: CallMetadata) -> Velocity:
-        if self.velocity is None or not meta.ani_hash:
-            return Velocity()
-        try:
-            return self.velocity.observe(
-                call_id, meta.ani_hash, meta.verified_attested, self._wall()
-            )
-        except (redis.RedisError, OSError) as exc:
-            self.stats.redis_errors += 1
-            log.warning("caller_id: ANI velocity unavailable (%s)", type(exc).__name__)
-            return Velocity()
-
     def _end(self, call_id: str) -> None:
-        call = self._calls.pop(call_id, None)
+        with self._lock:
+            call = self._calls.pop(call_id, None)
         if call is None or self.velocity is None or not call.ani_hash:
             return
         try:

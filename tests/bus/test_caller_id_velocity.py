@@ -78,3 +78,29 @@ def test_keys_hold_only_the_hash_and_expire(client: redis.Redis) -> None:
     while client.keys("cs-test:ani:*") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert client.keys("cs-test:ani:*") == []
+
+
+def test_update_judges_at_once_and_the_worker_adds_velocity(client: redis.Redis) -> None:
+    cfg = CallerIdConfig(concurrent=2, concurrent_high=4)
+    h = NumberVault(secrets.token_bytes(32)).ani_hash(NUMBER)
+    results: list[WindowResult] = []
+    det = CallerIdDetector(results.append, AniVelocity(client, KEYS, cfg))
+    live = KEYS.ani_counter("live", h)
+    # not started: the failed check is judged on the caller's thread, no Redis needed
+    failed = det.update("c1", CallMetadata("A", "failed", "stale_iat", True, h))
+    assert failed is not None and failed.score is not None and failed.score >= 0.9
+    assert client.zcard(live) == 0
+    det.start()
+    try:
+        assert det.drain()
+        assert client.zrange(live, 0, -1) == [b"c1"]
+        det.update("c2", CallMetadata(None, "absent", "", True, h))
+        assert det.drain()
+        assert [r.key.call_id for r in results] == ["c1", "c2", "c2"]
+        assert results[-1].reasons == ("same caller ID on 2 concurrent calls (>= 2)",)
+        det.end_call("c1")
+        det.end_call("c2")
+        assert det.drain()
+        assert client.zcard(live) == 0
+    finally:
+        det.close()
