@@ -415,6 +415,20 @@ class _BridgeCollector(Collector):
             ("call_updates_malformed", cu.malformed, "Mid-call claims that did not parse"),
         ):
             yield CounterMetricFamily(f"callshield_{name}", text, value=value)
+        dt = a.dtmf.stats if a is not None and a.dtmf is not None else None
+        if dt is not None:  # counts only, never a key (DESIGN §2)
+            for name, value, text in (
+                ("dtmf_rfc4733_keys", dt.rfc_events, "RFC 4733 key presses taken"),
+                ("dtmf_inband_keys", dt.inband_keys, "In-band DTMF keys detected"),
+                (
+                    "dtmf_inband_duplicates",
+                    dt.inband_deduplicated,
+                    "In-band keys dropped (RFC 4733 sent too)",
+                ),
+                ("dtmf_results", dt.results, "dtmf_behaviour results to fusion"),
+                ("dtmf_errors", dt.errors, "DTMF tap errors (no slot, stream gone)"),
+            ):
+                yield CounterMetricFamily(f"callshield_{name}", text, value=value)
 
     def describe(self) -> Iterator[Any]:
         return iter(())

@@ -6,7 +6,7 @@ with human timing: two as RFC 4733 telephone-events only, two as in-band tones o
 sends the events), which the bridge must count once. Then the alert's reasons must
 name six distinct 4-digit entries (if the last two were counted twice they would be
 8-digit entries and the call would not alert), and every Redis key and value, the
-AOF and every log record of the run are searched for the PINs."""
+AOF, every log record of the run and /metrics are searched for the PINs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import logging
 import random
 import re
 import struct
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def test_pin_guessing_call_alerts_dtmf_behaviour_without_digits_in_clear(
             "sip_listen": "127.0.0.1:0",
             "rtp_ports": f"{base}-{base + 19}",
             "drain_timeout_s": 3.0,
-            "http_listen": "",
+            "http_listen": "127.0.0.1:0",
             "api_listen": "",
             "dev_fixture_models": "tiny",
         }
@@ -176,11 +177,17 @@ def test_pin_guessing_call_alerts_dtmf_behaviour_without_digits_in_clear(
         analysis = wiring.analysis
         assert analysis is not None and analysis.dtmf is not None
         stats = analysis.dtmf.stats
+        assert wiring.http is not None
+        host, port = wiring.http.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
+            metrics = resp.read()
     finally:
         bridge.stop()
 
     # what the tap saw: 16 RFC 4733 keys, 16 in-band keys, 8 of them duplicates
     assert (stats.rfc_events, stats.inband_keys, stats.inband_deduplicated) == (16, 16, 8), stats
+    found = re.search(rb"^callshield_dtmf_inband_duplicates_total (\S+)$", metrics, re.M)
+    assert found is not None and float(found.group(1)) == 8.0, metrics[-3000:]
     alerts = [m for m in (decode(f) for _, f in client.xrange(keys.alerts)) if isinstance(m, Alert)]
     dtmf = [a for a in alerts if a.dimension is Dimension.DTMF_BEHAVIOUR]
     assert dtmf, [a.dimension for a in alerts]
@@ -198,7 +205,8 @@ def test_pin_guessing_call_alerts_dtmf_behaviour_without_digits_in_clear(
     # event codes: found nowhere. A single 4-digit PIN could occur by chance in a
     # timestamp, so it is looked for in the text an alert shows (its reasons) only.
     typed = "".join(pins)
-    for where, blob in {"redis": stored, "redis files": files, "logs": logs}.items():
+    places = {"redis": stored, "redis files": files, "logs": logs, "/metrics": metrics}
+    for where, blob in places.items():
         assert typed.encode() not in blob, where
         assert typed.encode() not in re.sub(rb"\D", b"", blob), where
         assert bytes(int(d) for d in typed) not in blob, where
