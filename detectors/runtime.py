@@ -256,11 +256,10 @@ class DetectorRuntime:
 
     def signal(self, result: WindowResult) -> None:
         """A result no audio window produced (call metadata: the caller_id detector),
-        from any thread: straight to fusion and the per-window hook."""
+        from any thread: straight to fusion (not the per-window hook: it is no audio
+        window, so no coverage)."""
         with self._lock:
             self.fusion.on_result(result)
-        if self._on_result is not None:
-            self._on_result(result)
 
     def _sink(self, result: WindowResult) -> None:
         results = (result,) if self.stage is None else self.stage.process(result)

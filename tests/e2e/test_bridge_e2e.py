@@ -166,6 +166,8 @@ def test_marked_call_alerts_genuine_call_does_not(
         external = {k for k, r in call.legs.items() if r is LegRole.EXTERNAL}
         assert len(internal) == 1 and len(external) == 1
         mine = [s for s in scores if s.call_id == call.call_id]
+        assert {s.leg_id for s in mine if s.dimension is Dimension.CALLER_ID} == {"signalling"}
+        mine = [s for s in mine if s.dimension is not Dimension.CALLER_ID]  # audio windows
         assert {s.leg_id for s in mine} == external  # the internal leg never scored
         voice = [
             s for s in mine if s.dimension is Dimension.SYNTHETIC_VOICE and s.score is not None
