@@ -5,13 +5,15 @@ registered), every tick:
 
 - in-band: the leg's 8 kHz frame goes through the Goertzel detector
   (``detectors.dtmf.goertzel``); a key it confirms becomes a token through a per-leg
-  random permutation at once (the key index is dropped) and waits ``hold_ms``;
+  random permutation at once (the key index is dropped) and waits until ``hold_ms``
+  after the tone ended (a key held down for seconds still waits for its end);
 - RFC 4733: every ``poll_every`` ticks (staggered over legs) the leg's tracker
   events are taken (keyed tokens from C, never digits);
 - deduplication: an in-band key that an RFC 4733 event of the same leg overlaps
-  (first seen within ``dedup_ms`` before it, or up to ``hold_ms`` after it: the tone
-  plays out after the jitter buffer's delay, the event arrives before) is dropped, so
-  an SBC sending both counts each key once;
+  (first seen from ``dedup_ms`` before the tone's start to ``hold_ms`` after its end:
+  the tone plays out after the jitter buffer's delay, the event arrives before, and the
+  tracker reports it at its end packet, so by the tone's end it is there, and a late
+  sender has ``hold_ms`` more) is dropped, so an SBC sending both counts each key once;
 - the leg's ``DtmfCall`` gets the presses and is flushed; completed entries' results
   go to ``deliver`` (the runtime's fusion path) after the bridge's locks are released.
 """
@@ -27,9 +29,10 @@ import numpy as np
 
 from detectors.contract import WindowResult
 from detectors.dtmf.behaviour import KIND_DIGIT, KIND_NAV, KIND_OTHER, DtmfCall, DtmfConfig
-from detectors.dtmf.goertzel import FRAME, NAV, OTHER, InbandDtmf
+from detectors.dtmf.goertzel import FRAME, NAV, ON_HOPS, OTHER, InbandDtmf
 from native.ingest import Ingest, PulledFrames
 
+HOP_NS = 20_000_000
 INBAND_TOKEN = 0x4000  # in-band tokens live apart from the C tracker's (0..16, 0xFF)
 
 
@@ -39,7 +42,8 @@ class _Leg:
     call: DtmfCall
     perm: list[int]  # in-band key index -> token (per leg, random)
     rfc_seen: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # first_seen_ns
-    held: deque[tuple[int, int, int]] = field(default_factory=deque)  # (at_ns, token, kind)
+    # in-band keys waiting: [start_ns, end_ns (0 while the tone lasts), token, kind]
+    held: deque[list[int]] = field(default_factory=deque)
 
 
 @dataclass
@@ -110,17 +114,23 @@ class DtmfTap:
         by_slot = {leg.slot: leg for leg in self._legs.values()}
         if rows:
             pcm = frames.pcm[rows, :FRAME].astype(np.float32)
-            for on in self.inband.update(np.asarray(slots, np.intp), pcm):
-                leg = by_slot[on.row]
-                kind = KIND_NAV if on.key in NAV else KIND_OTHER if on.key in OTHER else KIND_DIGIT
+            for ch in self.inband.update(np.asarray(slots, np.intp), pcm):
+                leg = by_slot[ch.row]
+                if not ch.on:  # the tone ended: its key may go after hold_ms
+                    for held in leg.held:
+                        if held[1] == 0:
+                            held[1] = now_ns
+                    continue
+                kind = KIND_NAV if ch.key in NAV else KIND_OTHER if ch.key in OTHER else KIND_DIGIT
                 # the tone began about ON_HOPS hops ago
-                leg.held.append((now_ns - 2 * 20_000_000, INBAND_TOKEN | leg.perm[on.key], kind))
+                start = now_ns - ON_HOPS * HOP_NS
+                leg.held.append([start, 0, INBAND_TOKEN | leg.perm[ch.key], kind])
                 self.stats.inband_keys += 1
         for sid, leg in self._legs.items():
             if (self._tick + leg.slot) % self.poll_every == 0:
                 self._poll(sid, leg, out)
             self._release(leg, now_ns, out)
-            r = leg.call.flush(now_ns)
+            r = leg.call.flush(now_ns) if not leg.held else None  # a held key may extend it
             if r is not None:
                 out.append(r)
         self.stats.results += len(out)
@@ -136,16 +146,17 @@ class DtmfTap:
             at = int(ev["first_seen_ns"])
             leg.rfc_seen.append(at)
             self.stats.rfc_events += 1
-            r = leg.call.press(at, int(ev["token"]), int(ev["kind"]))
+            end = at + int(ev["duration_ms"]) * 1_000_000
+            r = leg.call.press(at, int(ev["token"]), int(ev["kind"]), end)
             if r is not None:
                 out.append(r)
 
     def _release(self, leg: _Leg, now_ns: int, out: list[WindowResult]) -> None:
-        while leg.held and now_ns - leg.held[0][0] >= self.hold_ns:
-            at, token, kind = leg.held.popleft()
-            if any(at - self.dedup_ns <= t <= at + self.hold_ns for t in leg.rfc_seen):
+        while leg.held and leg.held[0][1] and now_ns - leg.held[0][1] >= self.hold_ns:
+            at, end, token, kind = leg.held.popleft()
+            if any(at - self.dedup_ns <= t <= end + self.hold_ns for t in leg.rfc_seen):
                 self.stats.inband_deduplicated += 1
                 continue
-            r = leg.call.press(at, token, kind)
+            r = leg.call.press(at, token, kind, end)
             if r is not None:
                 out.append(r)

@@ -9,8 +9,8 @@ complete; then they are replaced by one keyed hash (HMAC-SHA-256 under a per-cal
 random key that lives in this object only), enough to tell "the same entry again" from
 "a different entry of the same length", and dropped.
 
-Entries: consecutive digits; one ends at a navigation key or after ``entry_gap_s``
-without a key. Features over the last ``horizon_s``:
+Entries: consecutive digits; one ends at a navigation key or ``entry_gap_s`` after its
+last key ended (started, where the end is unknown). Features over the last ``horizon_s``:
 
 - ``guess``: distinct entries of one length (3 to 12 digits): PIN and account
   guessing (12 different 4-digit PINs in 90 s) — a customer enters an account number
@@ -104,8 +104,9 @@ class DtmfCall:
         self._nav: deque[int] = deque()
         self.keys = 0
 
-    def press(self, at_ns: int, token: int, kind: int) -> WindowResult | None:
-        """One key press; returns a result when it completed an entry."""
+    def press(self, at_ns: int, token: int, kind: int, end_ns: int = 0) -> WindowResult | None:
+        """One key press starting at ``at_ns`` (ending at ``end_ns`` where known: the
+        entry gap counts from there); returns a result when it completed an entry."""
         self.keys += 1
         done = self.flush(at_ns)
         if kind == KIND_NAV:
@@ -115,7 +116,7 @@ class DtmfCall:
         p = self._pending
         p.tokens.append(token if kind == KIND_DIGIT else 0x8000 | token)
         p.starts.append(at_ns)
-        p.last_ns = at_ns
+        p.last_ns = max(at_ns, end_ns)
         return done
 
     def flush(self, now_ns: int) -> WindowResult | None:

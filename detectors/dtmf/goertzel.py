@@ -18,8 +18,8 @@ Goertzel recurrence evaluated in closed form) and at their second harmonics. A h
 A key starts after ``ON_HOPS`` consecutive hits of it (a tone of about 40 ms) and ends
 after ``OFF_HOPS`` hops without it (a window only half over the tone fails the checks,
 so that is an inter-digit pause of at least 40 ms; a 20 ms dropout does not split a
-key). ``InbandDtmf.update`` returns the keys that started
-and their class as an index 0..15 (``KEYS``); the caller turns it into a keyed token at
+key). ``InbandDtmf.update`` returns the keys that started or ended on the hop, as an
+index 0..15 (``KEYS``); the caller turns it into a keyed token at
 once and keeps nothing else. Cost per 20 ms tick: docs/models/dtmf_behaviour.md.
 """
 
@@ -52,9 +52,10 @@ Ints = npt.NDArray[np.intp]
 
 
 @dataclass(frozen=True, slots=True)
-class KeyOn:
+class KeyChange:
     row: int  # the caller's row (leg) index
     key: int  # 0..15, KEYS index: turn it into a token at once, never keep it
+    on: bool = True  # False: the key ended on this hop
 
 
 def _basis(freqs: tuple[float, ...]) -> npt.NDArray[np.float32]:
@@ -122,8 +123,8 @@ class InbandDtmf:
         )
         return np.where(ok, 4 * r + c, -1).astype(np.intp)
 
-    def update(self, rows: Ints, x: npt.NDArray[np.float32]) -> list[KeyOn]:
-        """One frame of ``rows``: keys that started on this hop."""
+    def update(self, rows: Ints, x: npt.NDArray[np.float32]) -> list[KeyChange]:
+        """One frame of ``rows``: keys that started (``on``) or ended on this hop."""
         key = self.classify(rows, x)
         cand, hits, on, misses = (
             self._cand[rows],
@@ -134,7 +135,9 @@ class InbandDtmf:
         # the held key: a hop of it resets the misses; OFF_HOPS without it ends it
         held = (on >= 0) & (key == on)
         misses = np.where(held, 0, np.where(on >= 0, misses + 1, 0))
-        on = np.where((on >= 0) & (misses >= OFF_HOPS), -1, on)
+        ended = (on >= 0) & (misses >= OFF_HOPS)
+        was = on
+        on = np.where(ended, -1, on)
         # confirming a new key: ON_HOPS consecutive hits of the same key, while none is held
         same = (key >= 0) & (key == cand)
         hits = np.where(same, hits + 1, np.where(key >= 0, 1, 0))
@@ -150,6 +153,7 @@ class InbandDtmf:
             on,
             misses,
         )
-        if not start.any():
+        if not (start.any() or ended.any()):
             return []
-        return [KeyOn(int(rows[i]), int(on[i])) for i in np.flatnonzero(start)]
+        out = [KeyChange(int(rows[i]), int(was[i]), False) for i in np.flatnonzero(ended)]
+        return out + [KeyChange(int(rows[i]), int(on[i])) for i in np.flatnonzero(start)]

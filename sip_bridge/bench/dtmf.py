@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for k in range(args.ticks):
             x = np.ascontiguousarray(audio[:, k * FRAME : (k + 1) * FRAME])
             t0 = time.perf_counter()
-            keys += len(inband.update(rows, x))
+            keys += sum(ch.on for ch in inband.update(rows, x))
             t1 = time.perf_counter()
             tone.update(rows, x)
             t2 = time.perf_counter()
