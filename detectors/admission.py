@@ -113,6 +113,18 @@ class Admission:
         recent = np.fromiter((w for _, w in self._waits), float, len(self._waits))
         return max(live, float(np.percentile(recent, 99)))
 
+    def snapshot(self) -> dict[str, object]:
+        """What admission decides on now: capacity, calls, queue-wait signal, and per
+        detector the measured cost per window (worker-s) and windows per call-second."""
+        with self._lock:
+            return {
+                "capacity": self._capacity(),
+                "active": len(self._calls),
+                "queue_wait_s": self._queue_wait(),
+                "cost_per_window_s": dict(self._cost),
+                "windows_per_call_s": dict(self._demand),
+            }
+
     def active(self) -> int:
         """Calls admitted for analysis now."""
         with self._lock:

@@ -133,9 +133,9 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "draining", retry_after)
         try:
             call = calls.create(spec)
-        except CapacityError:
+        except CapacityError as exc:  # which capacity: detectors, RTP ports, streams
             raise HTTPException(
-                status.HTTP_503_SERVICE_UNAVAILABLE, "no capacity", retry_after
+                status.HTTP_503_SERVICE_UNAVAILABLE, f"no capacity: {exc}", retry_after
             ) from None
         return calls.view(call)
 

@@ -12,7 +12,9 @@ marker tone; with ``--models-dir``, synthetic speech from ``--spoof-dir``, WAVs 
 rate resampled to 8 kHz, e.g. a ``train-synthetic`` work folder's generated test
 spoofs of a family the model catches), then ``--tail-s`` of silence (the caller stops
 talking). Rounds of ``--calls`` concurrent calls alternate with rounds of one call
-alone (the same-run baseline). A call whose utterance raised no alert is counted, not sampled.
+alone (the same-run baseline); before each round the bench waits until the bridge's
+admission queue-wait signal is under its limit (``settle_before_rounds_s``). A call
+whose utterance raised no alert is counted, not sampled.
 
 Two latencies per call (the alert's first revision):
 - ``from_utterance_end`` (issue 5's goal): the wall-clock time the alert object was
@@ -216,6 +218,28 @@ def _from_end(stamps: _Stamps, calls: list[ApiCall]) -> dict[str, Any]:
     }
 
 
+def _settle(wiring: Wiring) -> float:
+    """Before a round: wait (up to the admission's horizon and a second) until the
+    bridge's queue-wait signal is under its limit again, so a round is not refused for
+    the backlog of the one before (a refused round ends at once, and the next would
+    follow it inside the horizon). Returns the seconds waited."""
+    adm = wiring.runtime.admission
+    t0 = time.monotonic()
+    end = t0 + adm.config.wait_horizon_s + 1.0
+    while adm.queue_wait() > adm.config.queue_wait_limit_s and time.monotonic() < end:
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def _reasons(calls: list[ApiCall]) -> dict[str, int]:
+    """The bridge's 503 bodies of the refused calls, counted."""
+    out: dict[str, int] = {}
+    for c in calls:
+        if c.refused:
+            out[c.error] = out.get(c.error, 0) + 1
+    return out
+
+
 def _policy_reach(url: str, keys: Keys, wiring: Wiring, changes: int) -> list[float]:
     """Stored -> in force on the bridge, ms, for ``changes`` alternating policies."""
 
@@ -346,16 +370,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             base_calls: list[ApiCall] = []
             load_calls: list[ApiCall] = []
             try:
+                settle: list[float] = []
                 for r in range(rounds):
                     base_onset = lead_s + (r % 10) / 10.0
                     audio = suspicious(leg_audio(files, r, seconds), r, base_onset)
+                    settle.append(_settle(wiring))
                     base_calls += _round(host, [audio], [base_onset], utt_s)
                     onsets = [lead_s + (i % 10) / 10.0 for i in range(calls_n)]
                     load_audio = [
                         suspicious(leg_audio(files, r * calls_n + i, seconds), i, onsets[i])
                         for i in range(calls_n)
                     ]
+                    settle.append(_settle(wiring))
                     load_calls += _round(host, load_audio, onsets, utt_s)
+                admission = wiring.runtime.admission.snapshot()  # after the last round
                 reach = _policy_reach(server.url, keys, wiring, changes)
                 time.sleep(0.5)  # the publisher flushes
                 base, base_missed = _from_onset(client, keys, base_calls)
@@ -390,6 +418,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "from_onset": load_s,
             "calls": len(load_calls),
             "refused": sum(c.refused for c in load_calls),  # 503: no detector capacity
+            "refused_reasons": _reasons(load_calls),
             "no_alert": load_missed,
         },
         "baseline_single_call": {
@@ -397,8 +426,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "from_onset": base_s,
             "calls": len(base_calls),
             "refused": sum(c.refused for c in base_calls),  # 503: no detector capacity
+            "refused_reasons": _reasons(base_calls),
             "no_alert": base_missed,
         },
+        "admission_after_last_round": admission,
+        "settle_before_rounds_s": [round(x, 2) for x in settle],
         "policy_reload_reach": summarize(reach, "ms"),
         "summary": {
             "load_p50_ms": p50,

@@ -149,6 +149,7 @@ class ApiCall:
             if exc.code != 503:
                 raise
             self.refused = True
+            self.error = exc.read().decode(errors="replace")[:200]  # the bridge's reason
             return
         self._thread = threading.Thread(target=self._send, name=f"rtp-{self.call_id}")
         self._thread.start()
