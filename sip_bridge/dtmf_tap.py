@@ -70,7 +70,14 @@ class DtmfTap:
         self.inband = InbandDtmf(max_legs)
         self._free = list(range(max_legs - 1, -1, -1))
         self._legs: dict[int, _Leg] = {}  # stream id -> state
+        self._busy: set[int] = set()  # legs with a key held or an entry being typed
         self._tick = 0
+        self._version = 0  # legs changed: the row layout is rebuilt
+        self._layout_ids: object = None
+        self._layout_version = -1
+        self._rows = self._slots = np.zeros(0, np.intp)
+        self._by_slot: dict[int, tuple[int, _Leg]] = {}
+        self._phases: list[list[int]] = [[] for _ in range(poll_every)]
         self.stats = DtmfTapStats()
 
     def sync(self, legs: Mapping[int, tuple[str, str]], now_ns: int) -> None:
@@ -90,9 +97,12 @@ class DtmfTap:
             self.inband.reset([slot])
             perm = random.SystemRandom().sample(range(16), 16)
             self._legs[sid] = _Leg(slot, DtmfCall(call_id, leg_id, now_ns, self.config), perm)
+            self._version += 1
 
     def _drop(self, sid: int) -> None:
         leg = self._legs.pop(sid)
+        self._busy.discard(sid)
+        self._version += 1
         leg.call.wipe()
         leg.perm.clear()
         leg.held.clear()
@@ -105,36 +115,57 @@ class DtmfTap:
         self._tick += 1
         if not self._legs:
             return out
-        rows, slots = [], []
-        for row, sid in enumerate(frames.ids.tolist()):
-            leg = self._legs.get(sid)
-            if leg is not None and int(frames.infos["samples"][row]) == FRAME:
-                rows.append(row)
-                slots.append(leg.slot)
-        by_slot = {leg.slot: leg for leg in self._legs.values()}
-        if rows:
+        legs = self._legs
+        if frames.ids is not self._layout_ids or self._layout_version != self._version:
+            self._relayout(frames)
+        rows, slots = self._rows, self._slots
+        if rows.size:
+            ok = frames.infos["samples"][rows] == FRAME  # 8 kHz legs only
+            if not ok.all():
+                rows, slots = rows[ok], slots[ok]
             pcm = frames.pcm[rows, :FRAME].astype(np.float32)
-            for ch in self.inband.update(np.asarray(slots, np.intp), pcm):
-                leg = by_slot[ch.row]
-                if not ch.on:  # the tone ended: its key may go after hold_ms
-                    for held in leg.held:
-                        if held[1] == 0:
-                            held[1] = now_ns
-                    continue
-                kind = KIND_NAV if ch.key in NAV else KIND_OTHER if ch.key in OTHER else KIND_DIGIT
-                # the tone began about ON_HOPS hops ago
-                start = now_ns - ON_HOPS * HOP_NS
-                leg.held.append([start, 0, INBAND_TOKEN | leg.perm[ch.key], kind])
-                self.stats.inband_keys += 1
-        for sid, leg in self._legs.items():
-            if (self._tick + leg.slot) % self.poll_every == 0:
-                self._poll(sid, leg, out)
-            self._release(leg, now_ns, out)
+            for ch in self.inband.update(slots, pcm):
+                self._key_change(self._by_slot[ch.row], ch.on, ch.key, now_ns)
+        for sid in self._phases[self._tick % self.poll_every]:
+            self._poll(sid, legs[sid], out)
+        for sid in list(self._busy):
+            leg = legs[sid]
+            if leg.held:
+                self._release(leg, now_ns, out)
             r = leg.call.flush(now_ns) if not leg.held else None  # a held key may extend it
             if r is not None:
                 out.append(r)
+            if not leg.held and not leg.call.typing:
+                self._busy.discard(sid)
         self.stats.results += len(out)
         return out
+
+    def _relayout(self, frames: PulledFrames) -> None:
+        rows, slots = [], []
+        for row, sid in enumerate(frames.ids.tolist()):
+            leg = self._legs.get(sid)
+            if leg is not None:
+                rows.append(row)
+                slots.append(leg.slot)
+        self._rows, self._slots = np.asarray(rows, np.intp), np.asarray(slots, np.intp)
+        self._by_slot = {leg.slot: (sid, leg) for sid, leg in self._legs.items()}
+        self._phases = [[] for _ in range(self.poll_every)]
+        for sid, leg in self._legs.items():
+            self._phases[leg.slot % self.poll_every].append(sid)
+        self._layout_ids, self._layout_version = frames.ids, self._version
+
+    def _key_change(self, owner: tuple[int, _Leg], on: bool, key: int, now_ns: int) -> None:
+        sid, leg = owner
+        if not on:  # the tone ended: its key may go after hold_ms
+            for held in leg.held:
+                if held[1] == 0:
+                    held[1] = now_ns
+            return
+        kind = KIND_NAV if key in NAV else KIND_OTHER if key in OTHER else KIND_DIGIT
+        start = now_ns - ON_HOPS * HOP_NS  # the tone began about ON_HOPS hops ago
+        leg.held.append([start, 0, INBAND_TOKEN | leg.perm[key], kind])
+        self._busy.add(sid)
+        self.stats.inband_keys += 1
 
     def _poll(self, sid: int, leg: _Leg, out: list[WindowResult]) -> None:
         try:
@@ -142,6 +173,8 @@ class DtmfTap:
         except OSError:
             self.stats.errors += 1
             return
+        if events:
+            self._busy.add(sid)
         for ev in events:
             at = int(ev["first_seen_ns"])
             leg.rfc_seen.append(at)

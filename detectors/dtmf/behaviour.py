@@ -104,6 +104,11 @@ class DtmfCall:
         self._nav: deque[int] = deque()
         self.keys = 0
 
+    @property
+    def typing(self) -> bool:
+        """An entry is being typed (not yet closed)."""
+        return bool(self._pending.tokens)
+
     def press(self, at_ns: int, token: int, kind: int, end_ns: int = 0) -> WindowResult | None:
         """One key press starting at ``at_ns`` (ending at ``end_ns`` where known: the
         entry gap counts from there); returns a result when it completed an entry."""
