@@ -141,6 +141,8 @@ def components(prefix: str) -> dict[str, Component]:
                     "persist",
                     "zadd",
                     "zrem",
+                    "zremrangebyscore",  # caller_id ANI velocity: trim the windows
+                    "zcard",  # caller_id ANI velocity: count them
                     "set",  # extid:<system>:<id> -> call id
                     "exists",  # the call-risk script
                     *_TRANSACTIONS,  # watchlist version and entries read together

@@ -439,3 +439,22 @@ def test_every_key_of_the_layout_belongs_to_a_component() -> None:
     for key in every:
         assert any(fnmatch.fnmatchcase(key, p) for p in patterns), key
     assert glob_escape("a*b?[c]\\") == "a\\*b\\?\\[c\\]\\\\"
+
+
+def test_caller_id_velocity_under_the_bridge_user(
+    acl: dict[str, str], redis_server: RedisServer
+) -> None:
+    """The caller_id detector's ANI counters (ani:*) work under the bridge's user; the
+    dashboard's user cannot touch them."""
+    from detectors.caller_id.rules import CallerIdConfig
+    from detectors.caller_id.velocity import AniVelocity
+
+    keys = Keys(PREFIX)
+    vel = AniVelocity(_as(redis_server, acl, "bridge"), keys, CallerIdConfig())
+    h = "ab" * 16
+    assert vel.observe("c1", h, True, time.time()).concurrent == 1
+    v = vel.observe("c2", h, False, time.time())
+    assert (v.concurrent, v.recent, v.attested_before) == (2, 2, 1)
+    vel.end("c1", h)
+    assert vel.observe("c3", h, False, time.time()).concurrent == 2
+    _denied(_as(redis_server, acl, "dashboard").zcard, keys.ani_counter("live", h))
