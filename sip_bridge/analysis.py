@@ -302,7 +302,11 @@ class Analysis:
                         {r.stream_id: (r.call_id, leg) for leg, r in reg.items()}, now_ns
                     )
             if self.dtmf is not None:
-                keyed = self.dtmf.push(now_ns, frames)
+                try:
+                    keyed = self.dtmf.push(now_ns, frames)
+                except Exception:  # a DTMF fault must not cost the tick its audio
+                    self.dtmf.stats.errors += 1
+                    log.exception("dtmf tap failed; this tick's keys dropped")
             self._frames.count(frames.infos["flag"], now_ns)
             self._read_stats(frames)
             if self.echo is not None:  # before the bank's push: same tick number
