@@ -2,11 +2,17 @@
 record from what the signalling said (``Call.identity``: STIR/SHAKEN outcome and
 attestation, read from the INVITE, or for SIPREC from the recording metadata's caller
 participant, never the SBC's own From; ``Call.ani``) and the keyed ANI hash, and build
-the detector on the bus's Redis."""
+the detector on the bus's Redis, and its counters on ``/metrics``."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
 import redis
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from detectors.bus.keys import Keys
 from detectors.caller_id.rules import CallerIdConfig, CallMetadata
@@ -39,3 +45,22 @@ def build_caller_id(
     """The detector, emitting into the runtime's fusion, velocity in the bus's Redis."""
     cfg = config or CallerIdConfig()
     return CallerIdDetector(runtime.signal, AniVelocity(client, keys, cfg), cfg)
+
+
+class CallerIdCollector(Collector):
+    """``callshield_caller_id_total{what}``: updates, scored, abstained (no caller-ID
+    information), emitted (verdict changes handed to fusion), redis_errors (judged
+    without velocity), dropped (queue full)."""
+
+    def __init__(self, detector: CallerIdDetector) -> None:
+        self._d = detector
+
+    def collect(self) -> Iterator[Any]:
+        family = CounterMetricFamily(
+            "callshield_caller_id",
+            "caller_id detector: call-metadata updates and what became of them",
+            labels=["what"],
+        )
+        for name, value in dataclasses.asdict(self._d.stats).items():
+            family.add_metric([name], float(value))
+        yield family

@@ -51,7 +51,7 @@ from detectors.vad.install import NAME as VAD_NAME
 from native.ingest import Ingest
 from sip_bridge.analysis import Analysis, BusPublisher, EnrichingPublisher
 from sip_bridge.biometrics import Biometrics, build_biometrics, mode_gate, speaker_manifest
-from sip_bridge.caller_id import build_caller_id
+from sip_bridge.caller_id import CallerIdCollector, build_caller_id
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
 from sip_bridge.dtmf_tap import DtmfTap
@@ -277,6 +277,7 @@ class Wiring:
         self.detector_metrics.add_jitter_stats(self.analysis.jitter_sums)
         self.detector_metrics.registry.register(_BridgeCollector(self))
         self.detector_metrics.registry.register(CoverageCollector(self.coverage))
+        self.detector_metrics.registry.register(CallerIdCollector(self.caller_id))
         return self.analysis
 
     def start(self, alive: Callable[[], bool]) -> None:

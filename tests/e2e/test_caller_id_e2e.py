@@ -19,6 +19,7 @@ from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
 from detectors.bus.settings import BusSettings
 from detectors.model_store import ModelSettings
+from sip_bridge.caller_id import CallerIdCollector
 from sip_bridge.settings import Settings
 from sip_bridge.wiring import Wiring
 
@@ -84,6 +85,9 @@ def test_spoofed_ani_alerts_and_a_call_without_identity_does_not(
     finally:
         bridge.stop()
     forged_id, genuine_id = started()
+    (family,) = CallerIdCollector(wiring.caller_id).collect()  # its part of /metrics
+    counts = {s.labels["what"]: s.value for s in family.samples}
+    assert counts["emitted"] == 2 and counts["redis_errors"] == 0  # one verdict per call
     alerts = [a for a in stream(keys.alerts) if isinstance(a, Alert)]
     caller = [a for a in alerts if a.dimension is Dimension.CALLER_ID]
     assert caller and {a.call_id for a in caller} == {forged_id}, caller
