@@ -51,7 +51,7 @@ class CallerIdStats:
 
 @dataclass
 class _Call:
-    ani_hash: str = ""
+    hashes: set[str] = field(default_factory=set)  # every ANI hash the call was counted on
     meta: CallMetadata | None = None
     velocity: Velocity = field(default_factory=Velocity)
     last: tuple[float, tuple[str, ...]] | None = None
@@ -117,7 +117,6 @@ class CallerIdDetector:
             if call.meta == meta:
                 return False, None
             call.meta = meta
-            call.ani_hash = meta.ani_hash or call.ani_hash
             return True, self._judge(call_id, call, count=True)
 
     def drain(self, timeout_s: float = 5.0) -> bool:
@@ -164,8 +163,13 @@ class CallerIdDetector:
             call = self._calls.get(call_id)
             if call is None:
                 return None
+            # a SIPREC update may name another caller: the call is no longer the old one's
+            before, call.hashes = call.hashes - {meta.ani_hash}, {meta.ani_hash}
             call.velocity = v
-            return self._judge(call_id, call, count=False)
+            out = self._judge(call_id, call, count=False)
+        for ani_hash in before:
+            self._end_one(call_id, ani_hash)
+        return out
 
     def _judge(self, call_id: str, call: _Call, *, count: bool) -> WindowResult | None:
         """Under the lock: the call's verdict now; emitted when it changed."""
@@ -199,10 +203,15 @@ class CallerIdDetector:
     def _end(self, call_id: str) -> None:
         with self._lock:
             call = self._calls.pop(call_id, None)
-        if call is None or self.velocity is None or not call.ani_hash:
+        if call is not None:
+            for ani_hash in call.hashes:
+                self._end_one(call_id, ani_hash)
+
+    def _end_one(self, call_id: str, ani_hash: str) -> None:
+        if self.velocity is None:
             return
         try:
-            self.velocity.end(call_id, call.ani_hash)
+            self.velocity.end(call_id, ani_hash)
         except (redis.RedisError, OSError) as exc:
             self.stats.redis_errors += 1
             log.warning("caller_id: live entry not removed (%s)", type(exc).__name__)

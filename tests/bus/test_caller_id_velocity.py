@@ -104,3 +104,16 @@ def test_update_judges_at_once_and_the_worker_adds_velocity(client: redis.Redis)
         assert client.zcard(live) == 0
     finally:
         det.close()
+
+
+def test_a_call_whose_caller_changes_moves_to_the_new_number(client: redis.Redis) -> None:
+    vault = NumberVault(secrets.token_bytes(32))
+    old, new = vault.ani_hash(NUMBER), vault.ani_hash("+14155550199")
+    det = CallerIdDetector(lambda r: None, AniVelocity(client, KEYS, CallerIdConfig()))
+    det.handle("c1", CallMetadata(None, "absent", "", True, old))
+    assert client.zrange(KEYS.ani_counter("live", old), 0, -1) == [b"c1"]
+    det.handle("c1", CallMetadata(None, "absent", "", True, new))  # e.g. a SIPREC transfer
+    assert client.zcard(KEYS.ani_counter("live", old)) == 0
+    assert client.zrange(KEYS.ani_counter("live", new), 0, -1) == [b"c1"]
+    det._end("c1")
+    assert client.zcard(KEYS.ani_counter("live", new)) == 0
