@@ -20,13 +20,17 @@ from detectors.caller_id.service import CallerIdDetector
 from detectors.caller_id.velocity import AniVelocity
 from detectors.runtime import DetectorRuntime
 from sip_bridge.calls import Call
+from sip_bridge.sip.identity import CallerIdentity
 
 
 def caller_metadata(call: Call, ani_hash: str) -> CallMetadata:
     """The record for one call; without identity inputs or a number (an RTP fork, an
     adapter that knows no caller) it carries nothing and the detector abstains."""
-    ident = call.identity
-    claims = bool(call.ani) or bool(ident is not None and ident.caller_number)
+    return metadata_of(call.identity, call.ani, ani_hash)
+
+
+def metadata_of(ident: CallerIdentity | None, ani: str, ani_hash: str) -> CallMetadata:
+    claims = bool(ani) or bool(ident is not None and ident.caller_number)
     if ident is None:
         return CallMetadata(claims_number=claims, ani_hash=ani_hash if claims else "")
     attestation = ident.attestation if ident.attestation in ("A", "B", "C") else None

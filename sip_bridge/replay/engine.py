@@ -28,11 +28,13 @@ from typing import Protocol
 import numpy as np
 
 from detectors.alert_schema import Alert, CallEvent, LegRole, ScoreUpdate
+from detectors.caller_id.service import CallerIdDetector
 from detectors.contract import Detector
 from detectors.runtime import DetectorRuntime, ResultStage, RuntimeConfig
 from detectors.scheduler import LaneConfig
 from native.ingest import Ingest, PulledFrames, frame_flag_name
 from sip_bridge.analysis import STATS_EVERY_TICKS
+from sip_bridge.caller_id import metadata_of
 from sip_bridge.replay.sources import LegTrack, Recording
 
 FRAME_NS = 20_000_000
@@ -180,6 +182,9 @@ def replay(
     try:
         with Ingest(max_streams=max(1, len(recording.legs))) as ingest:
             legs = _open_legs(ingest, runtime, recording, call_id, max_delay_ms)
+            # caller_id from the capture's INVITE (no velocity: one call, no cluster)
+            meta = metadata_of(recording.identity, recording.ani, "")
+            CallerIdDetector(runtime.signal, None).handle(call_id, meta)
             if forward is not None:
                 forward.publish_event(_event(call_id, "started", legs))
             ticks = _play(ingest, runtime, legs, recording, vnow, speed, stop)

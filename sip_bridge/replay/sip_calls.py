@@ -41,6 +41,7 @@ from sip_bridge.replay.sources import (
     rtp_ssrc,
 )
 from sip_bridge.sip.fields import NameAddr
+from sip_bridge.sip.identity import CallerIdentity, caller_identity
 from sip_bridge.sip.message import SipMessage, SipParseError, SipRequest, parse_message
 from sip_bridge.sip.multipart import ContentType, Multipart
 from sip_bridge.sip.sdp import SessionDescription
@@ -110,6 +111,8 @@ class _Call:
     payload_types: dict[int, PayloadType] = field(default_factory=dict)
     has_sdp: bool = False
     legs: dict[LegKey, _Leg] = field(default_factory=dict)
+    identity: CallerIdentity | None = None
+    ani: str = ""
 
 
 def _norm(address: str) -> str:
@@ -241,6 +244,7 @@ def _sip(d: Datagram, calls: dict[str, _Call], index: _Index, skipped: dict[str,
     request = isinstance(msg, SipRequest)
     if isinstance(msg, SipRequest) and msg.method == "INVITE" and not call.caller:
         call.caller = _tag(msg, "From")
+        _caller_id(msg, call, d.time_ns)
     sdp = _sdp(msg)
     if sdp is None:
         return
@@ -291,6 +295,20 @@ def _resolve(
     return call_id, (receiver, m)
 
 
+def _caller_id(msg: SipRequest, call: _Call, time_ns: int) -> None:
+    """The INVITE's caller identity, checked as of its capture time without a trust store
+    (a wrong algorithm or a malformed PASSporT fails; a signature is not checked). A
+    SIPREC INVITE (multipart body) is skipped: its From is the recording client's, and
+    the caller is in its metadata (DESIGN: never the SBC's own From)."""
+    if "multipart" in (msg.headers.get("Content-Type") or "").lower():
+        return
+    try:
+        call.identity = caller_identity(msg.headers, request_uri=msg.uri, now=time_ns / 1e9)
+    except (SipParseError, ValueError):
+        return
+    call.ani = call.identity.caller_number
+
+
 def _recording(
     path: Path,
     call: _Call,
@@ -335,7 +353,10 @@ def _recording(
             )
         )
     desc = f"{path} call {call.call_id}"
-    return Recording(tracks, desc, {}, sip_call_id=call.call_id), extra
+    recording = Recording(
+        tracks, desc, {}, sip_call_id=call.call_id, identity=call.identity, ani=call.ani
+    )
+    return recording, extra
 
 
 def _unassociated(leg: _Leg, t0: int, reason: str, call_id: str = "") -> list[Unassociated]:

@@ -27,6 +27,7 @@ from detectors.eval.audio import AudioError, read_audio, resample, to_int16
 from native.jitter import DEFAULT_PAYLOAD_TYPES, PayloadType
 from native.sim import g711_stream
 from sip_bridge.replay.pcap import CaptureStats, Datagram, read_udp
+from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.sdp import SessionDescription
 
 MIN_PACKETS = 5  # fewer RTP packets with one SSRC is noise, not a leg
@@ -66,6 +67,10 @@ class Recording:
     description: str
     skipped: dict[str, int] = field(default_factory=dict)
     sip_call_id: str = ""  # the SIP Call-ID, when the legs were found through SIP
+    # the first INVITE's caller identity (STIR/SHAKEN checked without a trust store) and
+    # calling number, for the caller_id dimension; None: no plain-SIP INVITE seen
+    identity: CallerIdentity | None = None
+    ani: str = ""
 
     @property
     def duration_ns(self) -> int:

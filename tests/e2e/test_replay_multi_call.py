@@ -425,3 +425,31 @@ def test_a_real_capture_of_overlapping_siprec_calls(
     assert [a["dimension"] for a in marked_call["alerts"]] == ["synthetic_voice"]
     assert genuine_call["alerts"] == []
     assert marked_call["sip_call_id"] != genuine_call["sip_call_id"]
+
+
+def test_a_capture_whose_invite_has_a_failing_identity_raises_a_caller_id_alert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``callshield replay`` judges caller_id from the capture's INVITE: a PASSporT
+    signed with an algorithm SHAKEN forbids fails even without a trust store; the
+    same call without the Identity header is scored, and raises nothing."""
+    from dataclasses import replace
+
+    from sip_bridge.demo.voices import forged_identity
+
+    packets = _call("s", "10.0.3.1", 40010, 30010, 0.0, 3.0, 0x5B00F, 4)
+    invite = packets[0]
+    assert invite.payload.startswith(b"INVITE ")
+    header = f"Identity: {forged_identity('+12025550123')}\r\n".encode()
+    forged = replace(
+        invite, payload=invite.payload.replace(b"Content-Type:", header + b"Content-Type:", 1)
+    )
+    plain = _replay(capsys, _write_pcap(tmp_path / "plain.pcap", packets))
+    spoofed = _replay(capsys, _write_pcap(tmp_path / "forged.pcap", [forged, *packets[1:]]))
+    (call,) = spoofed["calls"]
+    (alert,) = [a for a in call["alerts"] if a["dimension"] == "caller_id"]
+    assert alert["band"] == "high"
+    assert "STIR/SHAKEN verification failed (unsupported_alg)" in json.dumps(alert)
+    (clean,) = plain["calls"]
+    assert [a for a in clean["alerts"] if a["dimension"] == "caller_id"] == []
+    assert [(w["leg"], w["score"]) for w in clean["timeline"]["caller_id"]] == [("signalling", 0.0)]
