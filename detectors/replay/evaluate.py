@@ -8,6 +8,11 @@ half the level and 20 ms later (plus 0-15 ms more, so the hop grid never lines u
 and is looked up in an index of all originals: a hit is the original found, a false
 match any other file found. Each original is also looked up with itself excluded, so
 any match there is a false match between different utterances.
+
+    python -m detectors.replay.evaluate --same-text SPEECH_DIR [--work DIR]
+
+measures copies under G.711 (with concealed loss), GSM and Opus against different
+recordings of the same text instead (``detectors.replay.same_text``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--limit", type=int, default=400)
     p.add_argument("--min-s", type=float, default=2.0)
+    p.add_argument("--same-text", action="store_true", help="copies vs same-text pairs")
+    p.add_argument("--work", type=Path, default=None, help="TTS cache (--same-text)")
     args = p.parse_args(argv)
+    if args.same_text:
+        from detectors.replay.same_text import run
+
+        return run(args.dir, args.work)
     files = sorted(f for f in args.dir.rglob("*") if f.suffix.lower() in (".wav", ".flac"))
     audio = []
     for f in files:

@@ -12,7 +12,10 @@ window's fingerprint; it is consumed here, for an EXTERNAL leg only:
    within the call) and the recent fingerprints of other calls, on this and other
    bridges (a recording played into many calls), counting only audio another call heard
    earlier than this one (of two calls playing one recording, the later one replays).
-   The best verified match gives the score (BER 0.25 -> 0.5, BER 0 -> 1.0); the reason
+   Only a match close and long enough to be the same recording counts
+   (``ReplayConfig.keeps``: other voices saying the same scripted words align briefly at
+   BERs a copy through a lossy channel also reaches, see ``docs/models/replay.md``).
+   The best such match gives the score (BER 0.25 -> 0.5, BER 0 -> 1.0); the reason
    names the kind of match and how long ago, never another call's id or number (the
    pair of calls goes to the shared state's relation, read by the dashboard only).
 3. Audio matched on other calls from at least ``candidate_anis`` distinct ANIs (keyed
@@ -67,7 +70,16 @@ class ReplayConfig:
     max_hold_s: float = 4.0  # how long a synthetic_voice result may wait for replay
     heard_before_s: float = 0.25  # another call must have heard the audio this much earlier
     cover_slack_s: float = 0.1  # replay windows this close to a window's end cover it
+    # a replay is the same recording, not the same words: other TTS voices saying the same
+    # text aligned at BER 0.15-0.2 over 2 s and more, copies through G.711 with 5 % loss
+    # concealed stayed at p90 0.10 (docs/models/replay.md); a longer span bought nothing
+    max_ber: float = 0.12  # score >= 0.76
+    min_match_s: float = 0.64  # of audio valid in both
     node_id: str = "node"
+
+    def keeps(self, match: Match) -> bool:
+        """Whether a verified match is a replay (the same recording) under this rule."""
+        return match.ber <= self.max_ber and frame_seconds(match.frames) >= self.min_match_s
 
 
 @dataclass
@@ -181,8 +193,9 @@ class ReplayStage:
                         reasons=(f"benign audio allowlist: {share:.0%} of the window",),
                     ),
                 )
-        within = call.history.index.query(fp, before_s=key.start_s)
-        cross = self._heard_before(call, fp, key.end_s - key.start_s)
+        keeps = self.config.keeps
+        within = [m for m in call.history.index.query(fp, before_s=key.start_s) if keeps(m)]
+        cross = [m for m in self._heard_before(call, fp, key.end_s - key.start_s) if keeps(m)]
         self._candidates(call, fp, cross)
         self._publish(call, key.leg_id, fp, key.start_s)
         best, kind = _best(within, cross)
