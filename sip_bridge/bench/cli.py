@@ -37,6 +37,9 @@ def add_parser(sub: Any, name: str) -> None:
         )
         module.add_arguments(bench_parser)
         bench_parser.set_defaults(run=_make_runner(module))
+    from sip_bridge.bench import suite  # `bench all`: every one above, one table
+
+    suite.add_parser(bench_sub)
 
 
 def _make_runner(module: Any) -> Any:
