@@ -34,19 +34,27 @@
   }
 
   // --- alert queue ------------------------------------------------------------------
+  // At 20 alerts/s the cost is the browser's, per frame: every new row shifts every row
+  // below it, so each frame repaints the visible table. A row's seven triage controls
+  // (5 buttons, 2 inputs) were most of that paint, so a row carries one plain "Triage"
+  // button and gets its controls when the pointer moves over it, when it takes focus
+  // (its call link or that button, by keyboard too) or on a tap; few rows ever have them. Rows are found
+  // through a map, not a selector over the table, and nothing reads layout.
   const alertBody = document.querySelector("#alerts tbody");
+  const canTriage = document.body.dataset.role !== "viewer";
   // the live queue keeps the newest rows only: a table that grows without end costs
   // more layout per alert (never fewer than the page was rendered with)
   const maxAlertRows = alertBody ? Math.max(200, alertBody.rows.length) : 0;
+  const alertRows = new Map();
+  if (alertBody) for (const r of alertBody.querySelectorAll("tr[data-alert-id]")) alertRows.set(r.dataset.alertId, r);
+  const alertCount = document.getElementById("alert-count");
   function upsertAlert(a) {
-    let row = alertBody.querySelector('tr[data-alert-id="' + CSS.escape(a.alert_id) + '"]');
+    let row = alertRows.get(a.alert_id);
     if (!row) {
-      const proto = alertBody.querySelector("tr[data-alert-id]");
       const empty = alertBody.querySelector("tr.empty"); if (empty) empty.remove();
-      row = proto ? proto.cloneNode(true) : buildRow();
+      row = buildRow();
       row.dataset.alertId = a.alert_id;
-      row.querySelectorAll("input").forEach((i) => { i.value = ""; });
-      alertBody.prepend(row);
+      alertRows.set(a.alert_id, row);
     }
     const link = document.createElement("a");
     link.href = "/calls/" + encodeURIComponent(a.call_id); link.textContent = a.call_id;
@@ -54,10 +62,13 @@
     cell(row, "score", a.score.toFixed(2)); cell(row, "call", link);
     cell(row, "updated", new Date(a.updated_at).toLocaleTimeString([], { hour12: false }));
     fillTriage(row, a.triage);
+    if (row.parentNode !== alertBody) alertBody.prepend(row); // filled before it is shown
     flash(row);
-    while (alertBody.rows.length > maxAlertRows) alertBody.lastElementChild.remove();
-    const count = document.getElementById("alert-count");
-    if (count) count.textContent = alertBody.querySelectorAll("tr[data-alert-id]").length;
+    while (alertRows.size > maxAlertRows) {
+      const last = alertBody.lastElementChild;
+      alertRows.delete(last.dataset.alertId); last.remove();
+    }
+    if (alertCount) alertCount.textContent = alertRows.size;
   }
   // new or updated rows stay highlighted for a while: a static background set and
   // cleared by one timer, not a CSS animation (which repaints every row it runs on at
@@ -77,32 +88,64 @@
       if (flashing.size === 0) { clearInterval(sweep); sweep = null; }
     }, 250);
   }
+  const CELLS = [["band"], ["dimension"], ["score", "num"], ["call"], ["updated", "mono"], ["status"], ["assignee"], ["label"]];
   function buildRow() {
     const row = document.createElement("tr");
-    for (const f of ["band", "dimension", "score", "call", "updated", "status", "assignee", "label"]) {
-      const td = document.createElement("td"); td.dataset.field = f; row.append(td);
+    for (const [f, cls] of CELLS) {
+      const td = document.createElement("td"); td.dataset.field = f; if (cls) td.className = cls; row.append(td);
     }
     const actions = document.createElement("td"); actions.className = "actions";
-    if (document.body.dataset.role !== "viewer") {
-      const add = (label, act, extra) => {
-        const b = document.createElement("button"); b.textContent = label; b.dataset.act = act;
-        Object.assign(b.dataset, extra || {}); actions.append(b);
-      };
-      const input = (name, placeholder, size) => {
-        const i = document.createElement("input"); i.dataset.input = name; i.placeholder = placeholder;
-        i.setAttribute("aria-label", name); i.size = size; actions.append(i); return i;
-      };
-      add("Ack", "ack"); add("Fraud", "label", { label: "true_positive" });
-      add("Not fraud", "label", { label: "false_positive" });
-      input("assignee", "assign to", 8).setAttribute("list", "users"); add("Assign", "assign");
-      input("comment", "comment", 10); add("Add", "comment");
+    if (canTriage) {
+      const open = document.createElement("button"); open.type = "button"; open.className = "triage";
+      open.dataset.act = "triage"; open.textContent = "Triage"; actions.append(open);
     }
     row.append(actions); return row;
+  }
+  // a row's triage controls, made the first time the row is used; returns whether the
+  // row got them just now
+  function triageControls(row) {
+    const actions = row && row.querySelector("td.actions");
+    const open = actions && actions.querySelector('button[data-act="triage"]');
+    if (!open) return false;
+    const add = (label, act, extra) => {
+      const b = document.createElement("button"); b.type = "button"; b.textContent = label; b.dataset.act = act;
+      Object.assign(b.dataset, extra || {}); return b;
+    };
+    const input = (name, placeholder, size) => {
+      const i = document.createElement("input"); i.dataset.input = name; i.placeholder = placeholder;
+      i.setAttribute("aria-label", name); i.size = size; return i;
+    };
+    const assignee = input("assignee", "assign to", 8); assignee.setAttribute("list", "users");
+    actions.replaceChildren(
+      add("Ack", "ack"), add("Fraud", "label", { label: "true_positive" }),
+      add("Not fraud", "label", { label: "false_positive" }),
+      assignee, add("Assign", "assign"), input("comment", "comment", 10), add("Add", "comment"),
+    );
+    return true;
+  }
+  if (alertBody && canTriage) {
+    const rowOf = (ev) => ev.target.closest && ev.target.closest("tr[data-alert-id]");
+    // a real pointer move only: rows sliding under a still pointer (a new alert above
+    // them) must not each get controls
+    let pointer = "";
+    alertBody.addEventListener("mousemove", (ev) => {
+      const at = ev.screenX + "," + ev.screenY;
+      if (at !== pointer) { pointer = at; triageControls(rowOf(ev)); }
+    });
+    alertBody.addEventListener("focusin", (ev) => {
+      const onOpen = ev.target.matches('button[data-act="triage"]');
+      // the Triage button itself goes: its focus moves on to the first control
+      if (triageControls(rowOf(ev)) && onOpen) rowOf(ev).querySelector('button[data-act="ack"]').focus();
+    });
   }
   if (alertBody) {
     alertBody.addEventListener("click", async (ev) => {
       const btn = ev.target.closest("button[data-act]"); if (!btn) return;
       const row = btn.closest("tr"); const id = encodeURIComponent(row.dataset.alertId);
+      if (btn.dataset.act === "triage") {
+        if (triageControls(row)) row.querySelector('button[data-act="ack"]').focus();
+        return;
+      }
       const input = (name) => row.querySelector('[data-input="' + name + '"]');
       try {
         let res;
@@ -285,7 +328,7 @@
       const msg = JSON.parse(ev.data);
       if (msg.type === "alert" && alertBody) upsertAlert(msg.alert);
       if (msg.type === "triage" && alertBody) {
-        const row = alertBody.querySelector('tr[data-alert-id="' + CSS.escape(msg.alert_id) + '"]');
+        const row = alertRows.get(msg.alert_id);
         if (row) fillTriage(row, msg.triage);
       }
       if ((msg.type === "alert" || msg.type === "call") && callBody) refreshCalls();

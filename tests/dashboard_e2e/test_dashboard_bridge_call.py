@@ -80,6 +80,7 @@ async def _story(browser: Browser, dash: RunningDashboard, tmp: Path, shared: Pa
         call_id = await row.locator('[data-field="call"] a').text_content() or ""
         alert_id = await row.get_attribute("data-alert-id") or ""
         assert call_id and alert_id
+        await row.hover()  # the pointer over a row gives it its triage controls
         await row.locator('button[data-act="label"][data-label="true_positive"]').click()
         await row.locator('[data-field="label"]:text-is("true positive")').wait_for()
         await s.shot("bridge-alerts")

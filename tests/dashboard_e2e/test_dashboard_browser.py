@@ -150,6 +150,12 @@ async def _analyst(browser: Browser, dash: RunningDashboard) -> None:
     assert await row.locator('[data-field="band"]').text_content() == "high"
     assert await row.locator('[data-field="status"]').text_content() == "new"
 
+    # a row's triage controls come when it is used, by keyboard too: the call link's
+    # focus gives the row its controls and Tab goes on to Ack
+    assert await row.locator('button[data-act="ack"]').count() == 0
+    await row.locator('[data-field="call"] a').focus()
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.dataset.act") == "ack"
     await row.locator('button[data-act="ack"]').click()
     await row.locator('[data-field="status"]:text-is("acknowledged")').wait_for()
     await row.locator('input[data-input="assignee"]').fill("admin")
