@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "alerts": "sip_bridge.bench.alerts",
     "srtp": "sip_bridge.bench.srtp",
     "dtmf": "sip_bridge.bench.dtmf",
+    "utterance-ends": "sip_bridge.bench.utterance_ends",
 }
 
 
