@@ -69,6 +69,21 @@ def test_bench_all_table_and_json(shared_dir: Path, tmp_path: Path) -> None:
     assert "plain RTP parse: " in table[0][3]
     assert "plain tone-energy check: " in table[1][3]
 
+    # the saved report prints the same table again without running anything
+    again = subprocess.run(
+        [
+            *(sys.executable, "-m", "sip_bridge.cli", "bench", "all"),
+            "--from-json",
+            str(out),
+            "--markdown",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert again.stdout == proc.stdout
+
 
 def test_bench_all_reports_a_failed_bench_and_runs_the_rest(shared_dir: Path) -> None:
     # srtp runs first; an option it rejects makes it exit 2: dtmf must still run

@@ -53,14 +53,23 @@ def add_parser(bench_sub: Any) -> None:
     parser.add_argument(
         "--out", type=Path, help="also write the JSON report to this file (any output mode)"
     )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="FILE",
+        help="run nothing: print a saved report (--out) again, rows re-derived from its results",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    extra = _parse_extra(args.extra_args)
-    chosen = [p for p in PLANS if (not args.only or p.name in args.only)]
-    chosen = [p for p in chosen if p.name not in args.skip]
-    report = run_suite(chosen, quick=args.quick, extra=extra, progress=not args.json)
+    if args.from_json is not None:
+        report = rederive(json.loads(args.from_json.read_text()))
+    else:
+        extra = _parse_extra(args.extra_args)
+        chosen = [p for p in PLANS if (not args.only or p.name in args.only)]
+        chosen = [p for p in chosen if p.name not in args.skip]
+        report = run_suite(chosen, quick=args.quick, extra=extra, progress=not args.json)
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
@@ -70,6 +79,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(text_table(report))
     return 0 if all(r["status"] == "ok" for r in report["results"]) else 1
+
+
+def rederive(report: dict[str, Any]) -> dict[str, Any]:
+    """A saved report's rows derived again from its stored results (the same run's
+    figures through the current extractors)."""
+    plans = {p.name: p for p in PLANS}
+    for r in report["results"]:
+        if r["status"] == "ok" and r["bench"] in plans:
+            r["row"] = plans[r["bench"]].extract(r["result"]).as_dict()
+    return report
 
 
 def _parse_extra(items: list[str]) -> dict[str, list[str]]:

@@ -149,12 +149,14 @@ def _alert_latency(d: Doc) -> Row:
     p50, p99 = s.get("load_p50_ms"), s.get("load_p99_ms")
     calls = d["setup"]["concurrent_calls"]
     return Row(
-        figures=f"{_num(p50)} / {_num(p99)} / {_num(s.get('load_p99.9_ms'))} ms at {calls} calls",
+        figures=f"{_num(p50)} / {_num(p99)} / {_num(s.get('load_p99.9_ms'))} ms at "
+        f"{calls} concurrent calls",
         baseline_figures=f"{_num(s.get('baseline_p50_ms'))} / {_num(s.get('baseline_p99_ms'))} / "
         "- ms",
         ratio=_x(p50, s.get("baseline_p50_ms")) + " p50",
         goal_met=None if p50 is None or p99 is None else bool(p50 <= 250 and p99 <= 500),
-        note=f"no alert {d['load']['no_alert']}, refused {d['load']['refused']}",
+        note=f"{d['load']['no_alert']} of {d['load']['calls']} calls no alert, "
+        f"{d['load']['refused']} refused",
     )
 
 
