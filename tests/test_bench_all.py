@@ -95,3 +95,17 @@ def test_bench_all_reports_a_failed_bench_and_runs_the_rest(shared_dir: Path) ->
     assert "--repeats: invalid int value" in failed["error"]
     assert "row" not in failed
     assert ran["status"] == "ok" and ran["row"]["figures"].count(" / ") == 2
+
+
+def test_bench_all_stops_a_bench_that_overruns(tmp_path: Path) -> None:
+    # a 3,000 s trace takes jitter far beyond a 5 s limit: killed, reported, exit 1
+    out = tmp_path / "report.json"
+    cmd = [
+        *(sys.executable, "-m", "sip_bridge.cli", "bench", "all", "--quick", "--only", "jitter"),
+        *("--timeout-s", "5", "--extra-args", "jitter=--seconds 3000", "--out", str(out)),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (only,) = json.loads(out.read_text())["results"]
+    assert only["status"] == "timeout" and "no result within 5 s" in only["error"]
+    assert "TIMEOUT: no result within 5 s" in proc.stdout

@@ -10,11 +10,13 @@ table's header: on a shared box the absolute figures move, the same-run ratios m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -54,6 +56,9 @@ def add_parser(bench_sub: Any) -> None:
         "--out", type=Path, help="also write the JSON report to this file (any output mode)"
     )
     parser.add_argument(
+        "--timeout-s", type=float, help="each bench's time limit (default: its own, 2-6 min)"
+    )
+    parser.add_argument(
         "--from-json",
         type=Path,
         metavar="FILE",
@@ -69,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         extra = _parse_extra(args.extra_args)
         chosen = [p for p in PLANS if (not args.only or p.name in args.only)]
         chosen = [p for p in chosen if p.name not in args.skip]
-        report = run_suite(chosen, quick=args.quick, extra=extra, progress=not args.json)
+        report = run_suite(
+            chosen, args.quick, extra, progress=not args.json, timeout_s=args.timeout_s
+        )
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
@@ -103,7 +110,11 @@ def _parse_extra(items: list[str]) -> dict[str, list[str]]:
 
 
 def run_suite(
-    plans: list[Plan], quick: bool, extra: dict[str, list[str]], progress: bool
+    plans: list[Plan],
+    quick: bool,
+    extra: dict[str, list[str]],
+    progress: bool,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     started = dt.datetime.now(dt.UTC)
     load_before = os.getloadavg()
@@ -112,7 +123,7 @@ def run_suite(
     for plan in plans:
         if progress:
             print(f"[bench all] {plan.name} ...", file=sys.stderr, flush=True)
-        result = run_one(plan, quick, extra.get(plan.name, []))
+        result = run_one(plan, quick, extra.get(plan.name, []), timeout_s)
         if progress:
             print(
                 f"[bench all] {plan.name}: {result['status']} in {result['seconds']:.0f} s",
@@ -133,7 +144,10 @@ def run_suite(
     }
 
 
-def run_one(plan: Plan, quick: bool, extra: list[str]) -> dict[str, Any]:
+def run_one(
+    plan: Plan, quick: bool, extra: list[str], timeout_s: float | None = None
+) -> dict[str, Any]:
+    timeout = timeout_s or plan.timeout_s
     flags = [*(plan.quick if quick else plan.full), *extra]
     cmd = [sys.executable, "-m", "sip_bridge.cli", "bench", plan.name, "--json", *flags]
     out: dict[str, Any] = {
@@ -144,24 +158,30 @@ def run_one(plan: Plan, quick: bool, extra: list[str]) -> dict[str, Any]:
         "command": "callshield bench " + shlex.join([plan.name, "--json", *flags]),
     }
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=plan.timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-        out.update(status="timeout", seconds=round(time.monotonic() - t0, 1))
-        out["error"] = f"no result within {plan.timeout_s:.0f} s; " + err[-STDERR_TAIL:]
-        return out
+    # its own session: on overrun the whole group goes (a bench's redis-server, dashboard
+    # or SIPp children too), not just the bench's own process
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stderr = _kill_group(proc)
+            out.update(status="timeout", seconds=round(time.monotonic() - t0, 1))
+            out["error"] = f"no result within {timeout:.0f} s; " + stderr[-STDERR_TAIL:]
+            return out
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
     out["seconds"] = round(time.monotonic() - t0, 1)
     if proc.returncode != 0:
         out.update(status="failed", returncode=proc.returncode)
-        out["error"] = proc.stderr[-STDERR_TAIL:].strip() or f"exit status {proc.returncode}"
+        out["error"] = stderr[-STDERR_TAIL:].strip() or f"exit status {proc.returncode}"
         return out
     try:
-        doc = json.loads(proc.stdout)
+        doc = json.loads(stdout)
     except json.JSONDecodeError as exc:
-        out.update(status="failed", error=f"no JSON on stdout ({exc}): {proc.stdout[-300:]}")
+        out.update(status="failed", error=f"no JSON on stdout ({exc}): {stdout[-300:]}")
         return out
     doc.pop("machine", None)
     try:
@@ -171,6 +191,17 @@ def run_one(plan: Plan, quick: bool, extra: list[str]) -> dict[str, Any]:
         return out
     out.update(status="ok", row=row.as_dict(), result=doc)
     return out
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> str:
+    """SIGKILL the bench's process group; what it wrote to stderr (a child that left the
+    group and still holds the pipe is not waited for beyond a few seconds)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        return proc.communicate(timeout=5)[1] or ""
+    except subprocess.TimeoutExpired:
+        return ""
 
 
 def machine() -> dict[str, Any]:
