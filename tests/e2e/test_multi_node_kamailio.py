@@ -152,6 +152,22 @@ def _stream(client: redis.Redis, key: str) -> list[Any]:
     return [decode(fields) for _, fields in client.xrange(key)]
 
 
+def _kamcmd(ctl: str) -> str:
+    kamcmd = shutil.which("kamcmd") or "/usr/sbin/kamcmd"
+    try:
+        done = subprocess.run(
+            [kamcmd, "-s", ctl, "dispatcher.list"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"kamcmd: {exc}"
+    return done.stdout + done.stderr
+
+
+def _active_destinations(ctl: str) -> int:
+    """Destinations Kamailio's dispatcher holds active (FLAGS starting with A)."""
+    return len(re.findall(r"FLAGS:\s*A", _kamcmd(ctl)))
+
+
 @pytest.fixture
 def balanced(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, Any]]:
     kamailio = shutil.which("kamailio") or "/usr/sbin/kamailio"
@@ -216,7 +232,10 @@ def balanced(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, An
             return all(n.ready() for n in nodes) and ok and procs[-1].p.poll() is None
 
         assert wait_for(up, 30), "\n".join(p.tail() for p in procs)
-        time.sleep(2.5)  # Kamailio's OPTIONS probes have seen both bridges answer
+        # until Kamailio's OPTIONS probes have seen both bridges answer, it sends every
+        # dialog to the one it knows is up (a fixed sleep was too short on a loaded box)
+        ctl = f"unix:{tmp_path / 'ctl'}"
+        assert wait_for(lambda: _active_destinations(ctl) == 2, 30), _kamcmd(ctl)
         client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
         stack.callback(client.close)
         try:
