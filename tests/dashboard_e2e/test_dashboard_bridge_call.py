@@ -152,9 +152,10 @@ async def _story(browser: Browser, dash: RunningDashboard, tmp: Path, shared: Pa
             for k, v in listed.items()
             if json.loads(v).get("status") == "active"
         }
-        assert named and named <= active, (reasons, active)
+        shown = f"reasons: {' | '.join(reasons)}; active entries: {sorted(active)}"  # in full
+        assert named and named <= active, shown
         if active == {entry_id}:
-            assert named == {entry_id}, reasons
+            assert named == {entry_id}, shown
         related = await page.text_content("#related") or ""
         assert call_id in related and "same ANI hash" in related  # the first call
         assert await s.csp_violations() == []
