@@ -25,17 +25,18 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import bridge_nodes
 import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
 import redis
+from bridge_nodes import Proc, cli, marked
 from bridge_runner import free_udp_port, load_speech, wait_for
 from cryptography.fernet import Fernet
 from rtp_pcap import write_rtp_pcap
@@ -44,7 +45,6 @@ from detectors.alert_schema import Alert, CallEvent, event_id
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
 from detectors.bus.redis_server import RedisServer, free_port
-from detectors.fixture_models import MARKER_HZ
 from tests.bus.receiver import Receiver
 
 PREFIX = "mn:"
@@ -52,62 +52,19 @@ CALL_S = {"long": 9.0, "short": 2.0}
 SIPREC = Path(__file__).resolve().parents[1] / "sip/scenarios/uac_siprec.xml"
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sip_bridge.cli", *args]
-
-
-class Proc:
-    """A callshield process with its log in a file (never a pipe nobody drains)."""
-
-    def __init__(
-        self, name: str, cmd: list[str], env: dict[str, str], logs: Path, cwd: Path | None = None
-    ) -> None:
-        self.name, self.log = name, logs / f"{name}.log"
-        with self.log.open("wb") as out:
-            self.p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-
-    def tail(self) -> str:
-        return f"--- {self.name} ---\n" + self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-
-
-class Node:
+class Node(bridge_nodes.Node):
     def __init__(self, name: str, env: dict[str, str], tmp: Path, rtp_base: int) -> None:
-        self.name, self.sip_port, self.http_port = name, free_udp_port(), free_port()
-        node_env = {
-            **env,
-            "CALLSHIELD_NODE_ID": name,
-            "CALLSHIELD_STATE_DIR": str(tmp / name),
-            "CALLSHIELD_SIP_LISTEN": f"127.0.0.1:{self.sip_port}",
-            "CALLSHIELD_RTP_PORTS": f"{rtp_base}-{rtp_base + 49}",
-            "CALLSHIELD_HTTP_LISTEN": f"127.0.0.1:{self.http_port}",
-            "CALLSHIELD_API_LISTEN": "",
-            "CALLSHIELD_DEV_FIXTURE_MODELS": "tiny",
-            "CALLSHIELD_DRAIN_TIMEOUT_S": "3",
-            "CALLSHIELD_NODE_HEARTBEAT_S": "0.5",  # lost after 1.5 s without a beat
-        }
-        self.proc = Proc(name, _cli("bridge"), node_env, tmp)
-
-    def ready(self) -> bool:
-        assert self.proc.p.poll() is None, self.proc.tail()
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.http_port}/ready", timeout=1).is_success
-        except httpx.HTTPError:
-            return False
-
-
-def _marked(speech: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
-    t = np.arange(speech.size) / 8000
-    tone = 32768 * 10 ** (-20 / 20) * np.sin(2 * np.pi * MARKER_HZ * t)
-    return np.clip(speech + tone, -32768, 32767).astype(np.int16)
+        super().__init__(
+            name,
+            env,
+            tmp,
+            rtp_base,
+            50,
+            {
+                "CALLSHIELD_DRAIN_TIMEOUT_S": "3",
+                "CALLSHIELD_NODE_HEARTBEAT_S": "0.5",  # lost after 1.5 s without a beat
+            },
+        )
 
 
 def _sipp(node: Node, workdir: Path, audio: npt.NDArray[np.int16], seconds: float) -> Proc:
@@ -144,7 +101,7 @@ def cluster(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, Any
     with ExitStack() as stack:
         stack.callback(receiver.close)
         added = subprocess.run(
-            _cli("webhooks", "add", receiver.url, "--allow-private"),
+            cli("webhooks", "add", receiver.url, "--allow-private"),
             env={**env, "CALLSHIELD_STATE_DIR": str(tmp_path / "cli")},
             capture_output=True,
             text=True,
@@ -154,7 +111,7 @@ def cluster(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, Any
         receiver.secrets = [added.stdout.split("shown once): ")[1].strip()]
         dash_env = {**env, "CALLSHIELD_STATE_DIR": str(tmp_path / "dashboard")}
         key = subprocess.run(
-            _cli("dashboard", "create-api-key", "multi-node"),
+            cli("dashboard", "create-api-key", "multi-node"),
             env=dash_env,
             capture_output=True,
             text=True,
@@ -167,13 +124,13 @@ def cluster(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, Any
         procs = [n.proc for n in nodes] + [
             Proc(
                 "dashboard",
-                _cli("dashboard", "--listen", f"127.0.0.1:{dash_port}"),
+                cli("dashboard", "--listen", f"127.0.0.1:{dash_port}"),
                 dash_env,
                 tmp_path,
             ),
             Proc(
                 "webhooks",
-                _cli("webhooks", "run"),
+                cli("webhooks", "run"),
                 {**env, "CALLSHIELD_STATE_DIR": str(tmp_path / "wh"), "CALLSHIELD_NODE_ID": "wh"},
                 tmp_path,
             ),
@@ -216,8 +173,8 @@ def test_two_bridges_one_redis_dashboard_webhooks_and_a_killed_node(
     short = load_speech(shared_dir, CALL_S["short"], skip=20)
     calls = {
         # a long marked call on each node, and a short genuine one
-        "a-long": _sipp(node_a, tmp_path / "a-long", _marked(speech), CALL_S["long"]),
-        "b-long": _sipp(node_b, tmp_path / "b-long", _marked(speech), CALL_S["long"]),
+        "a-long": _sipp(node_a, tmp_path / "a-long", marked(speech), CALL_S["long"]),
+        "b-long": _sipp(node_b, tmp_path / "b-long", marked(speech), CALL_S["long"]),
         "a-short": _sipp(node_a, tmp_path / "a-short", short, CALL_S["short"]),
         "b-short": _sipp(node_b, tmp_path / "b-short", short, CALL_S["short"]),
     }

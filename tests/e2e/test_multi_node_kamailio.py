@@ -25,18 +25,20 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import bridge_nodes
 import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
 import redis
+from bridge_nodes import Proc, cli
+from bridge_nodes import marked as _marked
 from bridge_runner import free_udp_port, load_speech, wait_for
 from rtp_pcap import write_rtp_pcap
 
@@ -44,7 +46,6 @@ from detectors.alert_schema import Alert, CallEvent
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
 from detectors.bus.redis_server import RedisServer, free_port
-from detectors.fixture_models import MARKER_HZ
 
 REPO = Path(__file__).resolve().parents[2]
 KAMAILIO_CFG = REPO / "deploy" / "kamailio" / "kamailio.cfg"
@@ -52,63 +53,20 @@ SIPREC = REPO / "tests" / "sip" / "scenarios" / "uac_siprec.xml"
 PREFIX = "kb:"
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sip_bridge.cli", *args]
-
-
-class Proc:
-    """A process with its log in a file (never a pipe nobody drains)."""
-
-    def __init__(
-        self, name: str, cmd: list[str], env: dict[str, str], logs: Path, cwd: Path | None = None
-    ) -> None:
-        self.name, self.log = name, logs / f"{name}.log"
-        with self.log.open("wb") as out:
-            self.p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-
-    def tail(self) -> str:
-        return f"--- {self.name} ---\n" + self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-
-
-class Node:
+class Node(bridge_nodes.Node):
     def __init__(self, name: str, env: dict[str, str], tmp: Path, rtp_base: int) -> None:
-        self.name, self.sip_port, self.http_port = name, free_udp_port(), free_port()
-        node_env = {
-            **env,
-            "CALLSHIELD_NODE_ID": name,
-            "CALLSHIELD_STATE_DIR": str(tmp / name),
-            "CALLSHIELD_SIP_LISTEN": f"127.0.0.1:{self.sip_port}",
-            "CALLSHIELD_RTP_PORTS": f"{rtp_base}-{rtp_base + 79}",
-            "CALLSHIELD_HTTP_LISTEN": f"127.0.0.1:{self.http_port}",
-            "CALLSHIELD_API_LISTEN": "",
-            "CALLSHIELD_DEV_FIXTURE_MODELS": "tiny",
-            "CALLSHIELD_DRAIN_TIMEOUT_S": "60",  # longer than any call: they end by BYE
-            "CALLSHIELD_REJECT_SIPREC_WHEN_DRAINING": "true",
-            "CALLSHIELD_RETRY_AFTER_S": "1",
-        }
-        self.proc = Proc(name, _cli("bridge"), node_env, tmp)
-
-    def ready(self) -> bool:
-        assert self.proc.p.poll() is None, self.proc.tail()
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.http_port}/ready", timeout=1).is_success
-        except httpx.HTTPError:
-            return False
-
-
-def _marked(speech: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
-    t = np.arange(speech.size) / 8000
-    tone = 32768 * 10 ** (-20 / 20) * np.sin(2 * np.pi * MARKER_HZ * t)
-    return np.clip(speech + tone, -32768, 32767).astype(np.int16)
+        super().__init__(
+            name,
+            env,
+            tmp,
+            rtp_base,
+            80,
+            {
+                "CALLSHIELD_DRAIN_TIMEOUT_S": "60",  # longer than any call: they end by BYE
+                "CALLSHIELD_REJECT_SIPREC_WHEN_DRAINING": "true",
+                "CALLSHIELD_RETRY_AFTER_S": "1",
+            },
+        )
 
 
 def _scenario(seconds: float) -> str:
@@ -181,7 +139,7 @@ def balanced(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, An
     with ExitStack() as stack:
         dash_env = {**env, "CALLSHIELD_STATE_DIR": str(tmp_path / "dashboard")}
         key = subprocess.run(
-            _cli("dashboard", "create-api-key", "balanced"),
+            cli("dashboard", "create-api-key", "balanced"),
             env=dash_env,
             capture_output=True,
             text=True,
@@ -198,7 +156,7 @@ def balanced(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, An
         procs = [n.proc for n in nodes] + [
             Proc(
                 "dashboard",
-                _cli("dashboard", "--listen", f"127.0.0.1:{dash_port}"),
+                cli("dashboard", "--listen", f"127.0.0.1:{dash_port}"),
                 dash_env,
                 tmp_path,
             ),
