@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -95,6 +96,10 @@ def _sipp(port: int, workdir: Path, audio: npt.NDArray[np.int16], seconds: float
     for _ in range(3):
         cmd = [sipp, "-sf", "call.xml", "-i", "127.0.0.1", "-p", str(free_udp_port())]
         cmd += ["-mp", str(free_udp_port()), "-m", "1", "-timeout", "40s", "-nostdin"]
+        # a random Call-ID per call: SIPp's default (call number, pid, address) differs
+        # only in the pid, and Kamailio's Call-ID hash sent ten such calls in a row to
+        # one node in CI
+        cmd += ["-cid_str", f"{uuid.uuid4().hex}-%u@%s"]
         cmd += ["-set", "port2", str(free_udp_port()), f"127.0.0.1:{port}"]
         proc = Proc(workdir.name, cmd, dict(os.environ), workdir, cwd=workdir)
         time.sleep(0.5)
@@ -197,7 +202,14 @@ def balanced(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, An
         client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
         stack.callback(client.close)
         try:
-            yield {"nodes": nodes, "dash": dash, "redis": client, "sip_port": sip_port}
+            yield {
+                "nodes": nodes,
+                "dash": dash,
+                "redis": client,
+                "sip_port": sip_port,
+                "ctl": ctl,
+                "kamailio": procs[-1],
+            }
         except BaseException:
             print("\n".join(p.tail() for p in procs))
             raise
@@ -210,6 +222,7 @@ def test_two_bridges_behind_kamailio_one_drained_mid_run(
     dash: httpx.Client = balanced["dash"]
     client: redis.Redis = balanced["redis"]
     port: int = balanced["sip_port"]
+    ctl: str = balanced["ctl"]
     keys = Keys(PREFIX)
     marked = _marked(load_speech(shared_dir, 8.0))
     calls: list[Proc] = []
@@ -229,14 +242,22 @@ def test_two_bridges_behind_kamailio_one_drained_mid_run(
         return {owner(e.call_id) for e in started()}
 
     try:
-        # marked calls of 8 s through the balancer until both bridges hold one (Call-ID
-        # hashing decides; ten tries leave a 1 in 512 chance of never reaching one node)
-        for i in range(10):
+        # marked calls of 8 s through the balancer until both bridges hold one (the hash
+        # of a random Call-ID decides; 14 tries leave 1 in 8192 of never reaching one)
+        for i in range(14):
+            # both bridges in rotation before each call: a probe missed on a loaded box
+            # takes a node out until its next OPTIONS answer
+            assert wait_for(lambda: _active_destinations(ctl) == 2, 15), _kamcmd(ctl)
             calls.append(_sipp(port, tmp_path / f"before-{i}", marked, 8.0))
             assert wait_for(lambda n=i + 1: len(started()) == n, 10), calls[-1].tail()
             if nodes_with_calls() == {"node-a", "node-b"}:
                 break
-        assert nodes_with_calls() == {"node-a", "node-b"}
+        routed = [
+            line
+            for line in balanced["kamailio"].log.read_text(errors="replace").splitlines()
+            if "bridge" in line
+        ]
+        assert nodes_with_calls() == {"node-a", "node-b"}, "\n".join(routed[-30:])
         live = {c["call_id"]: c for c in dash.get("/api/v1/calls").json()}
         b_calls = {e.call_id for e in started() if owner(e.call_id) == "node-b"}
         assert b_calls <= set(live)  # the dashboard lists node-b's live calls ...
