@@ -229,6 +229,7 @@ class CallEvent(_Wire):
     coverage: CallCoverage | None = None  # on ``ended`` only
     numbers: CallNumbers | None = None  # on ``started`` and ``updated`` (bridge-sealed)
     identity: CallerIdentityInfo | None = None  # SIP calls: on every event but ``ended``
+    tenant: str = "default"  # the call's tenant, as the bridge resolved it at the start
 
 
 SystemEventType = Literal["system.coverage.degraded", "system.coverage.recovered"]

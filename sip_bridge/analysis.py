@@ -152,8 +152,10 @@ class Analysis:
 
     def admit(self, call: Call) -> str:
         """ "" to analyse the call, or why not; raises CapacityError to refuse it."""
-        # the alert policy's scope: DNIS (queue and tenant: not known to the bridge yet)
-        scope = Scope(dnis=call.dnis or None)
+        # the alert policy's scope: the call's tenant (sip_bridge.tenant) and DNIS; a
+        # queue comes later, claimed (detectors.scope_claims). The tenant also picks the
+        # call's biometrics mode (the runtime's stage) and evidence mode (publish)
+        scope = Scope(tenant=call.tenant, dnis=call.dnis or None)
         decision = self.runtime.open_call(call.call_id, call.correlation_id, scope=scope)
         if decision.analysed:
             self._windows.open(call.call_id)
@@ -173,6 +175,10 @@ class Analysis:
     # ---- call events (CallPublisher) ---------------------------------------------
 
     def publish(self, event: CallEvent, call: Call) -> None:
+        if self.evidence is not None and event.event == "started":
+            # before _update wants its legs: the playout thread's add_leg must find
+            # the call under its tenant (whose evidence mode decides what is kept)
+            self.evidence.call_started(call.call_id, event.at, call.tenant)
         if event.event == "ended":
             event = event.model_copy(update={"coverage": self._end(call)})
         else:
@@ -180,8 +186,6 @@ class Analysis:
             if self.numbers is not None and (call.ani or call.dnis):
                 sealed = self.numbers.seal(call.call_id, call.ani, call.dnis)
                 event = event.model_copy(update={"numbers": sealed})
-        if self.evidence is not None and event.event == "started":
-            self.evidence.call_started(call.call_id, event.at)
         if self.replay is not None and event.event != "ended":
             ani_hash = event.numbers.ani_hash if event.numbers is not None else ""
             self.replay.annotate(call.call_id, ani_hash, call.correlation_id)

@@ -23,6 +23,7 @@ from detectors.alert_schema import LegRole
 from sip_bridge.calls import Call, CallController, CallSetup
 from sip_bridge.sip.offer_answer import NegotiatedStream
 from sip_bridge.sip.sdp import RtpMap
+from sip_bridge.tenant import Hint
 
 STATIC_PT: dict[str, int] = {"PCMU": 0, "PCMA": 8}
 MAX_LEGS = 8
@@ -108,6 +109,12 @@ class CallCreate(BaseModel):
         max_length=16,
         description="the PBX's own ids: Asterisk channel/linkedid, FreeSWITCH uuid, ...",
     )
+    tenant: Text | None = Field(
+        None,
+        description="the client company the call belongs to (a tenant id, "
+        "^[a-z0-9][a-z0-9_-]{0,31}$); a value the bridge rejects is counted and the call "
+        "takes the configured mapping or default tenant instead: see the response's tenant",
+    )
 
     @model_validator(mode="after")
     def _unique_labels(self) -> CallCreate:
@@ -165,6 +172,10 @@ class CallView(BaseModel):
     correlation_id: str | None
     external_ids: dict[str, str]
     unanalyzed: str
+    tenant: str = Field(description="the call's tenant, decided when it started")
+    tenant_source: str = Field(
+        description="what decided it: api, dnis_prefix, sip_source or default"
+    )
     rtp_timeout_s: float = Field(description="the call ends after this long without RTP")
     legs: list[LegView]
 
@@ -193,6 +204,7 @@ class AttachedCalls:
             correlation_id=spec.correlation_id,
             external_ids=dict(spec.external_ids),
             leg_roles={i: leg.role for i, leg in enumerate(spec.legs)},
+            tenant_hints=(Hint("api", (spec.tenant,)),) if spec.tenant is not None else (),
         )
         call, _ = self.controller.start_call(setup, list(streams))
         self._forget_ended()
@@ -281,6 +293,8 @@ class AttachedCalls:
             correlation_id=call.correlation_id,
             external_ids=dict(call.external_ids),
             unanalyzed=call.unanalyzed,
+            tenant=call.tenant,
+            tenant_source=call.tenant_source,
             rtp_timeout_s=self.rtp_timeout_s,
             legs=legs,
         )

@@ -29,7 +29,7 @@ from sip_bridge.adapters.audiosocket import AudioSocketServer
 from sip_bridge.adapters.audiosocket_calls import AudioSocketCalls
 from sip_bridge.api_app import build_api
 from sip_bridge.api_server import ApiServer
-from sip_bridge.bridge_metrics import IngestCollector, SipCollector
+from sip_bridge.bridge_metrics import IngestCollector, SipCollector, TenantCollector
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
@@ -38,6 +38,7 @@ from sip_bridge.sip.passport import TrustStore
 from sip_bridge.sip.transport import SipServer, TlsListener, server_context
 from sip_bridge.sip.trust import PeerTrust
 from sip_bridge.sip.uas import SipUas, UasConfig
+from sip_bridge.tenant import TenantResolver
 from sip_bridge.wiring import Wiring
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class Bridge:
     ingest: Ingest = field(init=False)
     media: MediaEngine = field(init=False)
     controller: CallController = field(init=False)
+    tenants: TenantResolver = field(init=False)
     uas: SipUas = field(init=False)
     server: SipServer = field(init=False)
     api: ApiServer | None = field(init=False, default=None)
@@ -77,7 +79,8 @@ class Bridge:
             host=s.rtp_host or host,
             max_delay_ms=s.jitter_max_delay_ms,
         )
-        self.controller = CallController(self.media, self.publisher, analysis)
+        self.tenants = TenantResolver(s.tenant_rules)
+        self.controller = CallController(self.media, self.publisher, analysis, self.tenants)
         if self.wiring is not None:
             self.wiring.draining = lambda: self.controller.draining
         config = UasConfig(
@@ -92,6 +95,7 @@ class Bridge:
             trust_store=(
                 TrustStore.load(s.stir_ca_dir, s.stir_cert_cache) if s.stir_ca_dir else None
             ),
+            tenant_header=s.tenant_header,
         )
         self.uas = SipUas(self.controller, config)
         tls = None
@@ -111,6 +115,7 @@ class Bridge:
             registry.register(AdapterCollector(self.adapter_stats))
             registry.register(IngestCollector(self.ingest.counters))
             registry.register(SipCollector(self.uas.stats))
+            registry.register(TenantCollector(self.tenants.snapshot))
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
 

@@ -62,3 +62,31 @@ class SipCollector(Collector):
             else:
                 events.add_metric([key], float(n))
         return [sent, events]
+
+
+class TenantCollector(Collector):
+    """``snapshot()`` is ``sip_bridge.tenant.TenantResolver.snapshot``: calls by the step
+    that decided their tenant, ``callshield_tenant_resolved_total{source}``, and refused
+    explicit values, ``callshield_tenant_rejected_total{origin,reason}``."""
+
+    def __init__(self, snapshot: Callable[[], dict[tuple[str, ...], int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        resolved = CounterMetricFamily(
+            "callshield_tenant_resolved",
+            "calls by what decided their tenant: sip_header, siprec_metadata, api, "
+            "dnis_prefix, sip_source, default",
+            labels=["source"],
+        )
+        rejected = CounterMetricFamily(
+            "callshield_tenant_rejected",
+            "explicit tenant values refused (the call fell back), by origin and reason",
+            labels=["origin", "reason"],
+        )
+        for key, n in sorted(self._snapshot().items()):
+            if key[0] == "resolved":
+                resolved.add_metric([key[1]], float(n))
+            elif key[0] == "rejected":
+                rejected.add_metric([key[1], key[2]], float(n))
+        return [resolved, rejected]

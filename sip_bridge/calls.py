@@ -32,6 +32,7 @@ from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.offer_answer import NegotiatedStream
 from sip_bridge.sip.siprec import RecordingMetadata, StreamRole
+from sip_bridge.tenant import Hint, TenantResolver
 
 log = logging.getLogger(__name__)
 EventName = Literal["started", "updated", "held", "resumed", "ended"]
@@ -101,6 +102,8 @@ class Call:
     metadata: RecordingMetadata | None = None  # SIPREC, every update merged in
     caller_participant: str = ""  # SIPREC participant id of the external party
     early_media: bool = False  # the recorded call is not answered yet (SIPREC metadata)
+    tenant: str = "default"  # decided when the call starts (sip_bridge.tenant)
+    tenant_source: str = "default"  # which step decided it
 
 
 class CallPublisher(Protocol):
@@ -145,6 +148,8 @@ class CallSetup:
     external_ids: dict[str, str] = field(default_factory=dict)
     leg_roles: dict[int, LegRole] = field(default_factory=dict)  # the control API's, by index
     identity: CallerIdentity | None = None
+    tenant_hints: tuple[Hint, ...] = ()  # explicit tenant values, in priority order
+    source: str = ""  # the signalling peer's address (tenant mapping by trunk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +195,12 @@ class CallController:
         media: MediaBackend,
         publisher: CallPublisher,
         admission: CallAdmission | None = None,
+        tenants: TenantResolver | None = None,
     ) -> None:
         self.media = media
         self.publisher = publisher
         self.admission = admission
+        self.tenants = tenants or TenantResolver()
         self.calls: dict[str, Call] = {}
         self.draining = False
 
@@ -221,6 +228,7 @@ class CallController:
         )
         if metadata is not None:
             self._apply_metadata(call, metadata)
+        self._resolve_tenant(call, setup)
         admitted = self.admission is not None and not unanalyzed
         if admitted and self.admission is not None:
             call.unanalyzed = unanalyzed = self.admission.admit(call)  # may refuse
@@ -258,6 +266,7 @@ class CallController:
             dict(setup.external_ids),
             unanalyzed=unanalyzed,
         )
+        self._resolve_tenant(call, setup)
         admitted = self.admission is not None and not unanalyzed
         if admitted and self.admission is not None:
             call.unanalyzed = unanalyzed = self.admission.admit(call)  # may refuse
@@ -350,6 +359,14 @@ class CallController:
 
     # ---- internals ---------------------------------------------------------------------
 
+    def _resolve_tenant(self, call: Call, setup: CallSetup) -> None:
+        """Before admission: the alert policy's scope and the tenant's modes need it.
+        A SIPREC call's DNIS is the recorded callee's (metadata), not the SRS's."""
+        if call.metadata is not None:
+            _siprec_parties(call, call.metadata)
+        resolved = self.tenants.resolve(setup.tenant_hints, setup.source, call.dnis, call.call_id)
+        call.tenant, call.tenant_source = resolved.tenant, resolved.source
+
     def _sync_legs(
         self,
         call: Call,
@@ -425,13 +442,8 @@ class CallController:
                 continue  # keep what earlier metadata said
             elif call.kind == "sip":
                 leg.role, leg.role_source = LegRole.MIXED, "m_line_guess"
-        if call.kind == "siprec" and metadata is not None:
-            caller = metadata.caller(call.caller_participant)
-            others = [p for p in metadata.participants if p is not caller]
-            if caller is not None:
-                call.ani = _user(caller.aor) or call.ani
-            if others:
-                call.dnis = _user(others[0].aor) or call.dnis
+        if metadata is not None:
+            _siprec_parties(call, metadata)
 
     def _rearm(self, leg: Leg) -> None:
         """Same port, same codecs: relearn the source with probation (the old source
@@ -451,6 +463,7 @@ class CallController:
             external_ids=_external_ids(call),
             legs={leg.leg_id: leg.role for leg in call.legs.values()},
             identity=call.identity.info() if call.identity and event != "ended" else None,
+            tenant=call.tenant,
         )
         try:
             self.publisher.publish(ev, snapshot)
@@ -465,6 +478,18 @@ def _external_ids(call: Call) -> dict[str, str]:
     if call.sip_call_id:
         ids.setdefault("sip-call-id", call.sip_call_id)
     return ids
+
+
+def _siprec_parties(call: Call, metadata: RecordingMetadata) -> None:
+    """A SIPREC call's ANI and DNIS: the recorded call's parties, from the metadata."""
+    if call.kind != "siprec":
+        return
+    caller = metadata.caller(call.caller_participant)
+    others = [p for p in metadata.participants if p is not caller]
+    if caller is not None:
+        call.ani = _user(caller.aor) or call.ani
+    if others:
+        call.dnis = _user(others[0].aor) or call.dnis
 
 
 def _user(aor: str) -> str:

@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sip_bridge.sip.trust import PeerTrust
+from sip_bridge.tenant import HEADER_NAME_RE, TenantRules
 
 
 def split_host_port(text: str, default_port: int) -> tuple[str, int]:
@@ -115,6 +116,23 @@ class Settings(BaseSettings):
     # roots, PASSporTs are read but reported unverified.
     stir_ca_dir: Path | None = None
     stir_cert_cache: Path | None = None
+    # tenants (sip_bridge.tenant, docs/integrations.md), resolved once per call, first
+    # match wins: an explicit value (this SIP header on the INVITE, "" = not read; a
+    # SIPREC metadata extension element named tenant; the control API's "tenant"), then
+    # tenant_by_dnis_prefix, then tenant_by_source, then tenant_default
+    tenant_header: str = "X-CallShield-Tenant"
+    # the tenant of calls nothing else names (a tenant id, ^[a-z0-9][a-z0-9_-]{0,31}$)
+    tenant_default: str = "default"
+    # comma-separated tenant ids; when set, an explicit value outside it (and outside
+    # tenant_default) is rejected and counted, and the call resolves as if it had sent
+    # none. "" = any well-formed id is taken
+    tenants_known: str = ""
+    # called-number prefix -> tenant, longest prefix wins (JSON in the environment, a
+    # TOML table in --config), e.g. {"+1800555": "acme", "+1888": "globex"}
+    tenant_by_dnis_prefix: dict[str, str] = Field(default_factory=dict)
+    # signalling source (trunk address or network) -> tenant, most specific network
+    # wins, e.g. {"10.1.0.0/16": "acme", "192.0.2.7": "globex"}
+    tenant_by_source: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("sip_listen")
     @classmethod
@@ -142,6 +160,27 @@ class Settings(BaseSettings):
         if self.sip_tls_cert is None and (self.sip_tls_listen or self.sip_tls_ca):
             raise ValueError("sip_tls_listen and sip_tls_ca need sip_tls_cert and sip_tls_key")
         return self
+
+    @field_validator("tenant_header")
+    @classmethod
+    def _tenant_header(cls, value: str) -> str:
+        if value and not HEADER_NAME_RE.fullmatch(value):
+            raise ValueError(f"tenant_header {value!r} is not a SIP header name")
+        return value
+
+    @model_validator(mode="after")
+    def _tenant_rules(self) -> Settings:
+        self.tenant_rules  # noqa: B018 - ValueError on a bad table or tenant id
+        return self
+
+    @property
+    def tenant_rules(self) -> TenantRules:
+        return TenantRules.parse(
+            self.tenant_default,
+            self.tenants_known.split(","),
+            self.tenant_by_dnis_prefix,
+            self.tenant_by_source,
+        )
 
     @field_validator("api_listen")
     @classmethod

@@ -30,6 +30,12 @@ element for it, so a vendor extension is read wherever it sits (``<extensiondata
 ``proceeding`` says the recorded call is not answered yet; any other text (``answered``,
 ``connected``, ``confirmed`` ...) says it is. A partial update without it keeps the
 state; metadata that never says is answered (nothing is early by default).
+
+Tenant (a multi-tenant platform, ``sip_bridge.tenant``): RFC 7865 has no element for it
+either, so an element named ``tenant``/``tenant-id``/``tenant_id``/``tenantid`` is read
+the same way (``<extensiondata>`` or anywhere, any namespace); its text, at most 256
+characters, is the SRC's explicit tenant for the call, validated by the resolver. A
+partial update without it keeps it; the call's tenant is decided when it starts.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Final
 MAX_METADATA_BYTES: Final = 65_536
 EARLY_STATES: Final = frozenset({"early", "alerting", "ringing", "progress", "proceeding"})
 _CALL_STATE_NAMES: Final = frozenset({"callstate", "call-state", "call_state"})
+_TENANT_NAMES: Final = frozenset({"tenant", "tenant-id", "tenant_id", "tenantid"})
 NAMESPACE: Final = "urn:ietf:params:xml:ns:recording:1"
 
 
@@ -99,6 +106,7 @@ class RecordingMetadata:
     associated: set[str] = field(default_factory=set)  # ids whose send/recv it states
     departed: set[str] = field(default_factory=set)  # ids disassociated from the session
     call_state: str = ""  # the recorded call's state where an extension says ("": unsaid)
+    tenant: str = ""  # the SRC's tenant where an extension says ("": unsaid), unvalidated
 
     @property
     def early(self) -> bool:
@@ -156,6 +164,8 @@ class RecordingMetadata:
         for elem in root.iter():
             if isinstance(elem.tag, str) and _local(elem.tag) in _CALL_STATE_NAMES:
                 meta.call_state = (elem.text or "").strip().lower()[:32]
+            elif isinstance(elem.tag, str) and _local(elem.tag) in _TENANT_NAMES:
+                meta.tenant = (elem.text or "").strip()[:256] or meta.tenant
         return meta
 
     def merged(self, update: RecordingMetadata) -> RecordingMetadata:
@@ -168,6 +178,7 @@ class RecordingMetadata:
             [replace(p, send=list(p.send), recv=list(p.recv)) for p in self.participants],
             list(self.streams),
             call_state=update.call_state or self.call_state,
+            tenant=update.tenant or self.tenant,
         )
         by_id = {p.participant_id: p for p in out.participants}
         for new in update.participants:
@@ -262,9 +273,12 @@ class RecordingMetadata:
                 ET.SubElement(assoc, "send").text = sid
             for sid in p.recv:
                 ET.SubElement(assoc, "recv").text = sid
-        if self.call_state:
+        if self.call_state or self.tenant:
             ext = ET.SubElement(root, "extensiondata")
-            ET.SubElement(ext, "callstate").text = self.call_state
+            if self.call_state:
+                ET.SubElement(ext, "callstate").text = self.call_state
+            if self.tenant:
+                ET.SubElement(ext, "tenant").text = self.tenant
         out: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
         return out
 

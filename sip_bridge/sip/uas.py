@@ -58,6 +58,7 @@ from sip_bridge.sip.offer_answer import (
     negotiate,
 )
 from sip_bridge.sip.passport import TrustStore
+from sip_bridge.sip.siprec import RecordingMetadata
 from sip_bridge.sip.transaction import (
     Outgoing,
     Peer,
@@ -66,6 +67,7 @@ from sip_bridge.sip.transaction import (
     TransactionLayer,
     transaction_key,
 )
+from sip_bridge.tenant import Hint
 
 log = logging.getLogger(__name__)
 KNOWN_TAGS: Final = frozenset({"siprec", "timer", "replaces", "100rel"})
@@ -87,6 +89,7 @@ class UasConfig:
     timers: Timers = field(default_factory=Timers)
     trust_store: TrustStore | None = None  # STIR/SHAKEN (None: PASSporTs unverified)
     wall_clock: Callable[[], float] = time.time  # PASSporT iat freshness
+    tenant_header: str = "X-CallShield-Tenant"  # the PBX's explicit tenant ("" = not read)
 
 
 class SipUas:
@@ -233,6 +236,17 @@ class SipUas:
             log.error("caller identity inputs could not be read (%s)", type(exc).__name__)
             return CallerIdentity(verification="failed", verification_reason="error")
 
+    def _tenant_hints(
+        self, req: SipRequest, metadata: RecordingMetadata | None
+    ) -> tuple[Hint, ...]:
+        """The INVITE's explicit tenant: the configured header, then SIPREC metadata."""
+        hints = []
+        if self.config.tenant_header:
+            hints.append(Hint("sip_header", tuple(req.headers.get_all(self.config.tenant_header))))
+        if metadata is not None and metadata.tenant:
+            hints.append(Hint("siprec_metadata", (metadata.tenant,)))
+        return tuple(hints)
+
     def _answer(self, dialog: Dialog, now: float) -> list[Outgoing]:
         dialog.answer_at = None
         dialog.reliable = None  # answered: stop retransmitting the 180 (RFC 3262 §3)
@@ -244,6 +258,8 @@ class SipUas:
             dnis=user_of(req.headers.get("To")) or _uri_user(req.uri),
             correlation_id=req.headers.get("Session-ID"),
             identity=dialog.identity,
+            tenant_hints=self._tenant_hints(req, dialog.metadata),
+            source=tx.peer.host,
         )
         try:
             call, ports = self.controller.start_call(
