@@ -17,11 +17,19 @@ ingest.h). The C side keeps its own duplicate of each descriptor and closes it o
 removal, so the caller's socket may be closed at any time; the port stays bound until
 the stream or socket is removed. This wrapper is meant for one controlling thread
 (add/remove/pull); the C calls release the GIL and lock per stream.
+
+Receive backends (``backend=``, chosen at runtime): ``"io_uring"`` (native/src/
+ingest_uring.c: one multishot recvmsg per socket drawing from a provided-buffer ring, the
+datagrams of every leg reaped from one completion queue, one ``io_uring_enter`` per
+batch), ``"epoll"`` (epoll + recvmmsg per ready socket), or ``"auto"`` (the default:
+io_uring when its setup works here, else epoll). The choice and its reason are logged
+and returned by :meth:`Ingest.backend`; a refused io_uring falls back to epoll.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -48,7 +56,12 @@ from native.ingest_types import (
 )
 from native.srtp import suite_code
 
+log = logging.getLogger(__name__)
+BACKENDS = {"auto": 0, "epoll": 1, "io_uring": 2}
+_BACKEND_NAMES = {1: "epoll", 2: "io_uring"}
+
 __all__ = [
+    "BACKENDS",
     "DEFAULT_PAYLOAD_TYPES",
     "FRAME_INFO_DTYPE",
     "Ingest",
@@ -102,12 +115,22 @@ class Ingest:
         cpu: int | None = None,
         max_frame_samples: int = 960,
         rt_priority: int = 0,
+        backend: str = "auto",
+        uring_buffers: int = 0,
+        uring_setup: int = 0,
+        uring_refuse: int = 0,
     ) -> None:
         """coalesce_us > 0 caps the receiver's wakeups at ~1e6/coalesce_us per second
         while at least coalesce_min datagrams are expected per coalesce_us (0: always):
         less CPU per packet under load, up to that much more arrival latency. cpu pins
         the receiver thread to one CPU. rt_priority 1..99 runs it SCHED_FIFO (needs
-        CAP_SYS_NICE; refused: it runs normally, see sched())."""
+        CAP_SYS_NICE; refused: it runs normally, see sched()). backend: "auto",
+        "epoll" or "io_uring" (see the module doc); uring_buffers: the io_uring
+        provided-buffer count (power of two; 0: 1024); uring_setup: IORING_SETUP_* flags
+        (0: SINGLE_ISSUER | DEFER_TASKRUN); uring_refuse: an errno to fail the io_uring
+        setup with (tests of the fallback)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, not {backend!r}")
         cfg = ffi.new("cs_ingest_config *")
         lib.cs_ingest_default_config(cfg)
         cfg.max_streams, cfg.rcvbuf_bytes = max_streams, rcvbuf_bytes
@@ -116,6 +139,9 @@ class Ingest:
         cfg.max_sockets = max_sockets
         cfg.cpu = -1 if cpu is None else cpu
         cfg.rt_priority = rt_priority
+        cfg.backend = BACKENDS[backend]
+        cfg.uring_buffers, cfg.uring_setup = uring_buffers, uring_setup
+        cfg.uring_refuse = uring_refuse
         ptr = lib.cs_ingest_new(cfg)
         if ptr == ffi.NULL:
             raise ValueError(
@@ -143,11 +169,34 @@ class Ingest:
         self._dtmf = ffi.new("cs_dtmf_event[16]")
         self._latency_edges = upper_edges()
         self._pulled = PulledFrames(self._ids[:0], self._pcm[:0].reshape(0, 0), self._infos[:0])
+        self._asked = backend
+        self._log_backend("RTP ingest receive backend")
 
     # ---- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
+        before = self.backend()[0]
         _check(lib.cs_ingest_start(self._live()), "cs_ingest_start")
+        if self.backend()[0] != before:
+            self._log_backend("RTP ingest receive backend changed at start")
+
+    def backend(self) -> tuple[str, str]:
+        """The receive backend in use ("io_uring" or "epoll") and why it was chosen."""
+        reason = ffi.new("char[256]")
+        code = lib.cs_ingest_backend(self._live(), reason, 256)
+        return _BACKEND_NAMES.get(int(code), str(code)), ffi.string(reason).decode()
+
+    def _log_backend(self, what: str) -> None:
+        name, reason = self.backend()
+        refused = self._asked == "io_uring" and name != "io_uring"
+        log.log(
+            logging.WARNING if refused else logging.INFO,
+            "%s: %s (asked: %s; %s)",
+            what,
+            name,
+            self._asked,
+            reason,
+        )
 
     def stop(self) -> None:
         lib.cs_ingest_stop(self._live())

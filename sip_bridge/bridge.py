@@ -67,7 +67,7 @@ class Bridge:
         s = self.settings
         host, port = s.sip_address
         low, high = s.rtp_range
-        self.ingest = Ingest(max_streams=s.max_streams)
+        self.ingest = Ingest(max_streams=s.max_streams, backend=s.ingest_backend)
         analysis = self.wiring.attach(self.ingest) if self.wiring is not None else None
         if analysis is not None:
             self.sink = self.publisher = analysis

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     max_dialogs_per_source: int = 1000
     reject_siprec_when_draining: bool = False
     max_streams: int = 2048
+    # the RTP receive thread's backend (native/ingest.py): "auto" = io_uring (multishot
+    # recvmsg, provided buffers) when its setup works on this host, else epoll; the choice
+    # and why are logged at start. "io_uring" when refused also falls back (WARNING)
+    ingest_backend: Literal["auto", "epoll", "io_uring"] = "auto"
     jitter_max_delay_ms: int = 300
     # analysis (sip_bridge.wiring): the HTTP port for /metrics, /ready, /health ("" off),
     # detector threads, calls analysed at most, and the dev fixture models ("tiny",

@@ -12,7 +12,14 @@ import pytest
 
 from sip_bridge.bench import ingest
 
-NATIVE = ("native_per_leg", "native_shared", "native_per_leg_paced", "native_shared_paced")
+EPOLL = ("native_per_leg", "native_shared", "native_per_leg_paced", "native_shared_paced")
+URING = tuple(
+    name.replace("native_per_leg", "native_per_leg_uring").replace(
+        "native_shared", "native_shared_uring"
+    )
+    for name in EPOLL
+)
+NATIVE = EPOLL + URING
 
 
 def _args(**over: Any) -> argparse.Namespace:
@@ -44,7 +51,12 @@ def test_every_receiver_gets_every_packet(result: dict[str, Any]) -> None:
     for name in NATIVE:
         r = run[name]
         assert r["latency"]["n"] == r["received"] - 20  # one probation packet per leg
-        assert r["datagrams_per_recvmmsg"] >= 1.0
+    for name in EPOLL:
+        assert run[name]["datagrams_per_recvmmsg"] >= 1.0
+        assert run[name]["cqes_per_enter"] is None
+    for name in URING:  # the io_uring backend was the one measured
+        assert "multishot recvmsg" in run[name]["backend"], run[name]["backend"]
+        assert run[name]["cqes_per_enter"] >= 1.0
 
 
 def test_report_names_each_comparison(result: dict[str, Any]) -> None:

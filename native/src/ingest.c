@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -35,13 +36,46 @@ void cs_ingest_default_config(cs_ingest_config *cfg) {
     cfg->coalesce_min = DEFAULT_COALESCE_MIN;
     cfg->max_sockets = 16;
     cfg->cpu = -1;
+    cfg->backend = CS_INGEST_BACKEND_AUTO;
 }
 
 static int bad_config(const cs_ingest_config *c) {
     return c->max_streams < 1 || c->max_streams > MAX_SLOTS || c->batch < 1 ||
            c->batch > MAX_BATCH || c->max_batches < 1 || c->max_datagram < 12 ||
            c->coalesce_us > 100000 || c->max_sockets > MAX_SOCKETS || c->cpu < -1 ||
-           c->cpu >= CPU_SETSIZE || c->rt_priority < 0 || c->rt_priority > 99;
+           c->cpu >= CPU_SETSIZE || c->rt_priority < 0 || c->rt_priority > 99 ||
+           c->backend > CS_INGEST_BACKEND_URING || c->uring_buffers > 32768 ||
+           (c->uring_buffers & (c->uring_buffers - 1)) || c->uring_refuse < 0;
+}
+
+/* io_uring when asked for (or auto) and a ring with a provided-buffer ring can be set
+ * up here; the ring itself is set up by each start, in the receiver thread. */
+static void choose_backend(cs_ingest *ing) {
+    ing->backend = CS_INGEST_BACKEND_EPOLL;
+    if (ing->cfg.backend == CS_INGEST_BACKEND_EPOLL) {
+        snprintf(ing->backend_reason, sizeof ing->backend_reason,
+                 "epoll: asked for by the configuration");
+        return;
+    }
+    char why[128];
+    if (uring_probe(&ing->cfg, why, sizeof why) == 0) {
+        ing->backend = CS_INGEST_BACKEND_URING;
+        snprintf(ing->backend_reason, sizeof ing->backend_reason,
+                 "io_uring: multishot recvmsg + provided-buffer ring set up (%s)", why);
+    } else {
+        snprintf(ing->backend_reason, sizeof ing->backend_reason,
+                 "epoll: io_uring %s failed: %s",
+                 ing->cfg.backend == CS_INGEST_BACKEND_URING ? "(asked for)" : "(auto)", why);
+    }
+}
+
+int cs_ingest_backend(cs_ingest *ing, char *reason, size_t len) {
+    pthread_mutex_lock(&ing->table_mu);
+    int b = ing->backend;
+    if (reason && len)
+        snprintf(reason, len, "%s", ing->backend_reason);
+    pthread_mutex_unlock(&ing->table_mu);
+    return b;
 }
 
 cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
@@ -69,6 +103,8 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
     }
     pthread_mutex_init(&ing->table_mu, NULL);
     pthread_mutex_init(&ing->demux_mu, ma);
+    pthread_mutex_init(&ing->cmd_mu, NULL);
+    pthread_cond_init(&ing->cmd_cv, NULL);
     ing->streams = calloc(cfg.max_streams, sizeof *ing->streams);
     ing->sockets = calloc(cfg.max_sockets ? cfg.max_sockets : 1, sizeof *ing->sockets);
     ing->msgs = calloc(cfg.batch, sizeof *ing->msgs);
@@ -97,16 +133,13 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
         cs_ingest_free(ing);
         return NULL;
     }
-    for (uint32_t i = 0; i < cfg.batch; i++) {
-        ing->iovs[i].iov_base = ing->bufs + (size_t)i * cfg.max_datagram;
-        ing->iovs[i].iov_len = cfg.max_datagram;
-    }
     rx_setup_msgs(ing);
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = STOP_TOKEN};
     if (epoll_ctl(ing->epfd, EPOLL_CTL_ADD, ing->evfd, &ev) != 0) {
         cs_ingest_free(ing);
         return NULL;
     }
+    choose_backend(ing);
     return ing;
 }
 
@@ -136,15 +169,7 @@ static int dispatch(cs_ingest *ing, uint64_t token, int64_t offset) {
     return more;
 }
 
-/* Pacing: is a sleep of coalesce_us worth it at the rate of the last full window? */
-typedef struct {
-    int64_t start_ns;
-    uint64_t start_datagrams;
-    uint64_t datagrams; /* in the last full window */
-    int64_t span_ns;
-} rate_window;
-
-static int worth_sleeping(const cs_ingest *ing, rate_window *w, int64_t now) {
+uint64_t rx_expected(const cs_ingest *ing, rate_window *w, int64_t now, uint32_t us) {
     uint64_t seen = __atomic_load_n(&ing->counters.datagrams, __ATOMIC_RELAXED);
     if (now - w->start_ns >= RATE_WINDOW_NS) {
         w->datagrams = seen - w->start_datagrams;
@@ -152,14 +177,16 @@ static int worth_sleeping(const cs_ingest *ing, rate_window *w, int64_t now) {
         w->start_ns = now;
         w->start_datagrams = seen;
     }
+    return w->span_ns > 0 ? w->datagrams * us * 1000 / (uint64_t)w->span_ns : 0;
+}
+
+/* Pacing: is a sleep of coalesce_us worth it at the rate of the last full window? */
+static int worth_sleeping(const cs_ingest *ing, rate_window *w, int64_t now) {
     const cs_ingest_config *c = &ing->cfg;
+    uint64_t expect = rx_expected(ing, w, now, c->coalesce_us);
     if (!c->coalesce_us)
         return 0;
-    if (!c->coalesce_min)
-        return 1;
-    /* expected datagrams in coalesce_us = datagrams * coalesce_us * 1000 / span_ns */
-    return w->span_ns > 0 &&
-           w->datagrams * c->coalesce_us * 1000 >= (uint64_t)c->coalesce_min * (uint64_t)w->span_ns;
+    return !c->coalesce_min || (w->span_ns > 0 && expect >= c->coalesce_min);
 }
 
 static void *receiver_main(void *arg) {
@@ -167,6 +194,7 @@ static void *receiver_main(void *arg) {
     cs_ingest_counters *g = &ing->counters;
     rate_window rate = {.start_ns = rx_clock_ns(CLOCK_MONOTONIC)};
     rate.start_datagrams = __atomic_load_n(&g->datagrams, __ATOMIC_RELAXED);
+    rx_setup_msgs(ing); /* the io_uring loop points them into its buffers */
     int stop = 0;
     while (!stop) {
         int n = epoll_wait(ing->epfd, ing->events, MAX_EVENTS, -1);
@@ -208,24 +236,77 @@ static void *receiver_main(void *arg) {
 
 /* ---- control side ---------------------------------------------------------------- */
 
+static int spawn(cs_ingest *ing, void *(*fn)(void *)) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (ing->cfg.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(ing->cfg.cpu, &set);
+        pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = -pthread_create(&ing->thread, &attr, fn, ing);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
+/* The io_uring thread could not set its ring up: every socket goes to epoll. */
+static void fall_back_to_epoll(cs_ingest *ing, int err) {
+    snprintf(ing->backend_reason, sizeof ing->backend_reason,
+             "epoll: the io_uring ring could not be set up at start: %s", strerror(-err));
+    ing->backend = CS_INGEST_BACKEND_EPOLL;
+    for (uint32_t i = 0; i < ing->cfg.max_streams; i++) {
+        ingest_slot *s = &ing->streams[i];
+        pthread_mutex_lock(&s->mu);
+        if (s->active && s->fd >= 0 && s->shared < 0 && !s->pushed) {
+            struct epoll_event ev = {.events = EPOLLIN,
+                                     .data.u64 = (uint32_t)MAKE_ID(s->gen, i)};
+            (void)epoll_ctl(ing->epfd, EPOLL_CTL_ADD, s->fd, &ev);
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (uint32_t i = 0; i < ing->cfg.max_sockets; i++) {
+        shared_socket *k = &ing->sockets[i];
+        pthread_mutex_lock(&k->mu);
+        if (k->active) {
+            struct epoll_event ev = {.events = EPOLLIN,
+                                     .data.u64 = SOCKET_TOKEN | (uint32_t)MAKE_ID(k->gen, i)};
+            (void)epoll_ctl(ing->epfd, EPOLL_CTL_ADD, k->fd, &ev);
+        }
+        pthread_mutex_unlock(&k->mu);
+    }
+}
+
 int cs_ingest_start(cs_ingest *ing) {
     pthread_mutex_lock(&ing->table_mu);
     int rc = 0;
     if (!ing->running) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        if (ing->cfg.cpu >= 0) {
-            cpu_set_t set;
-            CPU_ZERO(&set);
-            CPU_SET(ing->cfg.cpu, &set);
-            pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+        uint64_t v;
+        while (read(ing->evfd, &v, sizeof v) > 0) { /* a stale stop or poke */
         }
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        rc = -pthread_create(&ing->thread, &attr, receiver_main, ing);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        pthread_attr_destroy(&attr);
+        if (ing->backend == CS_INGEST_BACKEND_URING) {
+            __atomic_store_n(&ing->stopping, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&ing->cmd_pending, 1, __ATOMIC_RELAXED);
+            ing->thread_state = 0;
+            rc = spawn(ing, uring_main);
+            if (rc == 0) { /* wait for its ring: set up, or refused */
+                pthread_mutex_lock(&ing->cmd_mu);
+                while (ing->thread_state == 0)
+                    pthread_cond_wait(&ing->cmd_cv, &ing->cmd_mu);
+                int state = ing->thread_state;
+                pthread_mutex_unlock(&ing->cmd_mu);
+                if (state < 0) {
+                    pthread_join(ing->thread, NULL);
+                    fall_back_to_epoll(ing, state);
+                }
+            }
+        }
+        if (rc == 0 && ing->backend == CS_INGEST_BACKEND_EPOLL)
+            rc = spawn(ing, receiver_main);
         if (rc == 0) {
             pthread_setname_np(ing->thread, "cs-ingest");
             ing->running = 1;
@@ -254,6 +335,7 @@ int cs_ingest_stop(cs_ingest *ing) {
     pthread_mutex_lock(&ing->table_mu);
     if (ing->running) {
         uint64_t one = 1;
+        __atomic_store_n(&ing->stopping, 1, __ATOMIC_RELEASE);
         if (write(ing->evfd, &one, sizeof one) < 0) { /* counter saturated: still set */
         }
         pthread_join(ing->thread, NULL);
@@ -291,6 +373,8 @@ void cs_ingest_free(cs_ingest *ing) {
     cs_demux_free(&ing->demux);
     pthread_mutex_destroy(&ing->table_mu);
     pthread_mutex_destroy(&ing->demux_mu);
+    pthread_mutex_destroy(&ing->cmd_mu);
+    pthread_cond_destroy(&ing->cmd_cv);
     free(ing->streams);
     free(ing->sockets);
     free(ing->msgs);

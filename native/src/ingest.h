@@ -28,7 +28,7 @@
  * do not parse as RTP are counted on the socket, not on a leg.
  *
  * Threads. cs_ingest_start() spawns one receiver thread (pthread, signals blocked,
- * optionally pinned to one CPU). It waits in epoll_wait (level-triggered) on every
+ * optionally pinned to one CPU). Under the epoll backend it waits in epoll_wait (level-triggered) on every
  * per-leg socket, every shared socket and an eventfd used to stop it, and drains each
  * ready socket with recvmmsg (at most `max_batches` batches per socket per wakeup, so a
  * flooded socket cannot starve the others). Every other function is called from the
@@ -72,9 +72,22 @@
  * timers want less): at low rates the thread simply waits for the next datagram.
  * The floor per datagram on one socket per leg is the kernel's receive itself: on that
  * VM, loaded, a bare epoll + recvmmsg loop over 400 paced sockets took ~1.5 us of CPU
- * per datagram and io_uring multishot recvmsg (provided buffers, DEFER_TASKRUN) ~1.4 us,
- * so io_uring is not worth a second receive path; one shared socket read in batches
- * is what costs less (~0.8 us of kernel work per datagram at ~25 per recvmmsg).
+ * per datagram and io_uring multishot recvmsg (provided buffers, DEFER_TASKRUN) ~1.4 us;
+ * one shared socket read in batches costs less (~0.8 us of kernel work per datagram at
+ * ~25 per recvmmsg).
+ *
+ * Backends (cfg.backend, cs_ingest_backend). The epoll loop above, or io_uring
+ * (ingest_uring.c): every socket, per-leg and shared, has one multishot recvmsg drawing
+ * from one provided-buffer ring, every leg's datagrams complete into one CQ, and the
+ * thread reaps them in batches, one io_uring_enter per batch, then runs the same
+ * per-batch code (kernel stamps, SRTP, parse, demux, source lock, insert). The kernel
+ * receive timestamp is kept (a cmsg in the provided buffer). With coalesce_us the
+ * io_uring thread waits for the datagrams it expects in coalesce_us, or that long. AUTO
+ * (default) probes io_uring in cs_ingest_new and takes epoll when it fails (the reason
+ * is kept); the ring itself is set up by each start, in the thread (SINGLE_ISSUER), and
+ * a failure there falls back to epoll too. Under io_uring, add/remove go through the
+ * thread: an add pokes it to arm the socket, a removal waits until its request was
+ * cancelled, so the port is free when remove returns.
  *
  * Allocation: cs_ingest_new() allocates the tables and receive buffers, add_stream the
  * jitter buffer; the receive path allocates nothing.
@@ -106,7 +119,22 @@ typedef struct {
     int32_t rt_priority;     /* 1..99: run the receiver thread SCHED_FIFO at this
                               * priority (needs CAP_SYS_NICE or RLIMIT_RTPRIO; see
                               * cs_ingest_sched); 0: normal scheduling */
+    uint32_t backend;        /* CS_INGEST_BACKEND_*: AUTO (io_uring when its setup works,
+                              * else epoll), EPOLL, URING (asked for; still falls back to
+                              * epoll when refused: see cs_ingest_backend) */
+    uint32_t uring_buffers;  /* io_uring: provided receive buffers, a power of two
+                              * 1..32768 (0: 1024); too few only costs re-arms (ENOBUFS) */
+    uint32_t uring_setup;    /* io_uring_setup flags (IORING_SETUP_*); 0: SINGLE_ISSUER |
+                              * DEFER_TASKRUN. CQSIZE and R_DISABLED are always added */
+    int32_t uring_refuse;    /* > 0: act as if io_uring_setup failed with this errno (tests
+                              * of the fallback); 0: off */
 } cs_ingest_config;
+
+enum {
+    CS_INGEST_BACKEND_AUTO = 0,
+    CS_INGEST_BACKEND_EPOLL = 1,
+    CS_INGEST_BACKEND_URING = 2
+};
 
 /* Latency histogram: fine[i] counts [i, i+1) µs for i < 1000; tail[k] counts
  * [2^k, 2^(k+1)) ms for k < 11, tail[11] everything from 2048 ms up. Two are kept:
@@ -144,6 +172,14 @@ typedef struct {
     uint64_t srtcp_ignored;    /* RTCP-multiplexed (SRTCP) datagrams: not needed */
     uint64_t stream_lock_waits; /* the receiver found a stream's mutex held (a pull or a
                                  * control call) and waited for it */
+    /* io_uring backend (ingest_uring.c); zero under epoll */
+    uint64_t uring_enters;     /* io_uring_enter calls (one per reaped batch) */
+    uint64_t uring_cqes;       /* completions reaped */
+    uint64_t uring_arms;       /* multishot recvmsg requests submitted (first + re-arms) */
+    uint64_t uring_rearms;     /* a multishot recv ended (no CQE_F_MORE) and was re-armed */
+    uint64_t uring_enobufs;    /* it ended because the buffer ring was empty */
+    uint64_t uring_arm_errors; /* a request ended with an error other than ENOBUFS */
+    uint64_t uring_cancels;    /* requests cancelled: leg removed, or shutdown */
 } cs_ingest_counters;
 
 /* Per shared socket (monotonic). Datagrams that reach a leg are also counted there. */
@@ -270,6 +306,11 @@ void cs_ingest_get_processing(cs_ingest *ing, cs_ingest_latency *out);
 int cs_ingest_sched(cs_ingest *ing);
 /* CPU time (ns) used by this ingest's receiver threads so far, running or exited. */
 int64_t cs_ingest_thread_cpu_ns(cs_ingest *ing);
+/* The receive backend in use (CS_INGEST_BACKEND_EPOLL or _URING) and, into reason
+ * (len bytes, NUL-terminated), why it was chosen: set by cs_ingest_new (io_uring probed
+ * when asked for or auto) and again by cs_ingest_start (the ring is set up per start;
+ * if that fails the thread runs on epoll). */
+int cs_ingest_backend(cs_ingest *ing, char *reason, size_t len);
 /* CDEF END */
 
 #endif

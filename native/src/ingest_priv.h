@@ -29,6 +29,16 @@ enum {
     __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (k), \
                      __ATOMIC_RELAXED)
 
+/* One socket's multishot receive under the io_uring backend. armed and cancel_sent
+ * belong to the receiver thread; closing is set by a removal (under cmd_mu) and
+ * cleared by the receiver once the socket's request has ended. */
+typedef struct {
+    uint8_t armed;
+    uint8_t cancel_sent;
+    uint8_t closing;
+    uint8_t errors;      /* receiver: request endings in a row with an error */
+} rx_req;
+
 typedef struct {
     pthread_mutex_t mu;      /* guards everything below */
     int active;
@@ -45,6 +55,7 @@ typedef struct {
     cs_srtp *srtp;           /* allocated on the slot's first SRTP key, kept until free */
     int srtp_on;             /* datagrams are SRTP: unprotect before parsing */
     cs_stream_counters c; /* srclock fields are filled at copy-out */
+    rx_req req;
 } ingest_slot;
 
 typedef struct {
@@ -53,6 +64,7 @@ typedef struct {
     uint16_t gen;
     int fd;
     cs_socket_counters c;    /* receiver-written fields under mu; legs under table_mu */
+    rx_req req;
 } shared_socket;
 
 /* The receiver's view of one batch (reused; MAX_BATCH entries). */
@@ -90,7 +102,25 @@ struct cs_ingest {
     cs_ingest_counters counters;
     cs_ingest_latency latency;    /* kernel timestamp -> after insert */
     cs_ingest_latency processing; /* recvmmsg returned -> after insert */
+    /* backend (ingest_uring.c): chosen by new (probe) and start, under table_mu */
+    int backend;              /* CS_INGEST_BACKEND_EPOLL or _URING */
+    char backend_reason[192];
+    pthread_mutex_t cmd_mu;   /* io_uring: removal handshake, thread start result */
+    pthread_cond_t cmd_cv;
+    int cmd_pending;          /* io_uring: adds/removes to look at (atomic) */
+    int stopping;             /* io_uring: stop asked (atomic) */
+    int thread_state;         /* io_uring thread start: 0 starting, 1 running, -errno */
 };
+
+/* Pacing: datagrams seen in the last full RATE_WINDOW (ingest.c). */
+typedef struct {
+    int64_t start_ns;
+    uint64_t start_datagrams;
+    uint64_t datagrams; /* in the last full window */
+    int64_t span_ns;
+} rate_window;
+/* Datagrams expected in the next us microseconds at the last window's rate. */
+uint64_t rx_expected(const cs_ingest *ing, rate_window *w, int64_t now, uint32_t us);
 
 /* Stream and socket ids: generation (15 bits) << 16 | slot. */
 #define STREAM_SLOT(id) ((uint32_t)(id) & 0xFFFFu)
@@ -100,6 +130,12 @@ struct cs_ingest {
 /* ingest_rx.c: drain one ready socket (its slot mutex held); offset = REALTIME - MONO.
  * Returns 1 if it stopped at max_batches full batches (datagrams may be left). */
 int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset);
+/* The per-batch work on r datagrams already in the batch buffers (msgs, iovs, addrs):
+ * what rx_drain_* do after each recvmmsg, and the io_uring loop after each run of one
+ * socket's completions. */
+void rx_process_stream(cs_ingest *ing, ingest_slot *s, int r, int64_t offset, int64_t received);
+void rx_process_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int r,
+                       int64_t offset, int64_t received);
 int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset);
 int64_t rx_clock_ns(int clock_id);
 void rx_setup_msgs(cs_ingest *ing); /* once, before the thread starts */
@@ -115,6 +151,16 @@ int shared_sync_keys(cs_ingest *ing, ingest_slot *s, int32_t id);
  * -EINVAL (neither an address with a port nor an SSRC left) / -EEXIST, nothing changed. */
 int shared_expect(cs_ingest *ing, ingest_slot *s, int32_t id, const cs_srclock_addr *addr);
 void shared_drop_keys(cs_ingest *ing, ingest_slot *s);
+/* ingest_uring.c: the io_uring backend. probe: can a ring with the configured flags and
+ * a provided-buffer ring be set up here (0, or -errno with why)? rx_watch: a socket was
+ * added (table mutex and its slot mutex held): epoll_ctl ADD, or under io_uring a poke
+ * so the receiver arms it; 0 or -errno. rx_unwatch: a socket was removed (table mutex
+ * held, slot mutex not held, slot inactive): EPOLL_CTL_DEL, or under a running io_uring
+ * receiver wait until its request has ended; then close(fd). uring_main: the thread. */
+int uring_probe(const cs_ingest_config *cfg, char *why, size_t len);
+int rx_watch(cs_ingest *ing, int fd, uint64_t token);
+void rx_unwatch(cs_ingest *ing, rx_req *req, int fd);
+void *uring_main(void *arg);
 /* ingest_streams.c: SO_TIMESTAMPNS and the receive buffer; reports what the kernel set. */
 void tune_socket(int fd, uint32_t rcvbuf, uint64_t *rcvbuf_bytes, uint64_t *forced);
 

@@ -51,6 +51,7 @@ static int64_t kernel_stamp(struct msghdr *m) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
             struct timespec t;
             memcpy(&t, CMSG_DATA(c), sizeof t);
+
             return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
         }
     }
@@ -80,7 +81,8 @@ static void record_latency(cs_ingest_latency *h, int64_t ns) {
 static int receive(cs_ingest *ing, int fd) {
     const uint32_t batch = ing->cfg.batch;
     /* The kernel writes back only the lengths and flags of the entries it filled (the
-     * pointers never change, rx_setup_msgs): reset those, not the whole batch, so a
+     * pointers are set by rx_setup_msgs when the epoll thread starts; the io_uring loop
+     * points them into its buffers): reset those, not the whole batch, so a
      * one-datagram read (per-leg sockets) touches one or two headers, not 32. */
     uint32_t dirty = ing->msgs_dirty < batch ? ing->msgs_dirty + 1 : batch;
     for (uint32_t i = 0; i < dirty; i++) {
@@ -100,6 +102,8 @@ static int receive(cs_ingest *ing, int fd) {
 void rx_setup_msgs(cs_ingest *ing) {
     for (uint32_t i = 0; i < ing->cfg.batch; i++) {
         struct msghdr *m = &ing->msgs[i].msg_hdr;
+        ing->iovs[i].iov_base = ing->bufs + (size_t)i * ing->cfg.max_datagram;
+        ing->iovs[i].iov_len = ing->cfg.max_datagram;
         m->msg_name = &ing->addrs[i];
         m->msg_namelen = sizeof ing->addrs[i];
         m->msg_iov = &ing->iovs[i];
@@ -224,14 +228,9 @@ static void finish_batch(cs_ingest *ing, int r, int64_t received) {
     BUMP(g->inserted, inserted);
 }
 
-int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
+void rx_process_stream(cs_ingest *ing, ingest_slot *s, int r, int64_t offset, int64_t received) {
     int32_t id = MAKE_ID(s->gen, s - ing->streams);
-    for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
-        int r = receive(ing, s->fd);
-        if (!r)
-            return 0;
-        int64_t received = rx_clock_ns(CLOCK_MONOTONIC);
-        for (int i = 0; i < r; i++) {
+    for (int i = 0; i < r; i++) {
             int rc = classify(ing, i, offset, received, s);
             count_to_stream(s, ing, i);
             if (rc == -2) {
@@ -245,8 +244,16 @@ int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
                 deliver(ing, s, id, i);
                 rx_stamp(&ing->batch, i, i + 1);
             }
-        }
-        finish_batch(ing, r, received);
+    }
+    finish_batch(ing, r, received);
+}
+
+int rx_drain_stream(cs_ingest *ing, ingest_slot *s, int64_t offset) {
+    for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
+        int r = receive(ing, s->fd);
+        if (!r)
+            return 0;
+        rx_process_stream(ing, s, r, offset, rx_clock_ns(CLOCK_MONOTONIC));
         if ((uint32_t)r < ing->cfg.batch)
             return 0;
     }
@@ -293,14 +300,9 @@ static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, in
     BUMP(ing->counters.unmatched, unmatched);
 }
 
-int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset) {
+void rx_process_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int r,
+                       int64_t offset, int64_t received) {
     rx_batch *b = &ing->batch;
-    for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
-        int r = receive(ing, k->fd);
-        BUMP(k->c.recvmmsg_calls, 1);
-        if (!r)
-            return 0;
-        int64_t received = rx_clock_ns(CLOCK_MONOTONIC);
         uint64_t bytes = 0;
         for (int i = 0; i < r; i++)
             bytes += ing->msgs[i].msg_len;
@@ -333,6 +335,15 @@ int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_
             i = end;
         }
         finish_batch(ing, r, received);
+}
+
+int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset) {
+    for (uint32_t n = 0; n < ing->cfg.max_batches; n++) {
+        int r = receive(ing, k->fd);
+        BUMP(k->c.recvmmsg_calls, 1);
+        if (!r)
+            return 0;
+        rx_process_shared(ing, k, sock_slot, r, offset, rx_clock_ns(CLOCK_MONOTONIC));
         if ((uint32_t)r < ing->cfg.batch)
             return 0;
     }

@@ -113,12 +113,12 @@ int32_t cs_ingest_add_socket(cs_ingest *ing, int fd) {
         memset(&k->c, 0, sizeof k->c);
         tune_socket(dfd, ing->cfg.rcvbuf_bytes, &k->c.rcvbuf_bytes, &k->c.rcvbuf_forced);
         rc = MAKE_ID(k->gen, slot);
-        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = SOCKET_TOKEN | (uint32_t)rc};
-        if (epoll_ctl(ing->epfd, EPOLL_CTL_ADD, dfd, &ev) == 0) {
+        int err = rx_watch(ing, dfd, SOCKET_TOKEN | (uint32_t)rc);
+        if (err == 0) {
             k->fd = dfd;
             k->active = 1;
         } else {
-            rc = -errno;
+            rc = err;
         }
         pthread_mutex_unlock(&k->mu);
     }
@@ -134,11 +134,11 @@ int cs_ingest_remove_socket(cs_ingest *ing, int32_t socket_id) {
     int rc = !k ? -ENOENT : k->c.legs ? -EBUSY : 0;
     if (rc == 0) {
         pthread_mutex_lock(&k->mu);
-        (void)epoll_ctl(ing->epfd, EPOLL_CTL_DEL, k->fd, NULL);
-        close(k->fd);
+        int fd = k->fd;
         k->fd = -1;
         k->active = 0;
         pthread_mutex_unlock(&k->mu);
+        rx_unwatch(ing, &k->req, fd);
     }
     pthread_mutex_unlock(&ing->table_mu);
     return rc;

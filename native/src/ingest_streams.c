@@ -69,10 +69,8 @@ int32_t cs_ingest_add_stream(cs_ingest *ing, int fd, const cs_jb_config *jb_cfg,
     tune_socket(dfd, ing->cfg.rcvbuf_bytes, &s->c.rcvbuf_bytes, &s->c.rcvbuf_forced);
     s->active = 1;
     int32_t id = MAKE_ID(s->gen, slot);
-    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uint32_t)id};
-    int rc = 0;
-    if (epoll_ctl(ing->epfd, EPOLL_CTL_ADD, dfd, &ev) != 0) {
-        rc = -errno;
+    int rc = rx_watch(ing, dfd, (uint64_t)(uint32_t)id);
+    if (rc) {
         s->active = 0;
         s->jb = NULL;
         s->fd = -1;
@@ -106,13 +104,13 @@ int cs_ingest_remove_stream(cs_ingest *ing, int32_t id) {
         pthread_mutex_unlock(&ing->table_mu);
         return -ENOENT;
     }
+    int fd = -1; /* a per-leg socket: unwatched and closed once the slot is unlocked */
     if (s->shared >= 0) {
         shared_drop_keys(ing, s);
         ing->sockets[s->shared].c.legs--;
         s->shared = -1;
     } else if (!s->pushed) {
-        (void)epoll_ctl(ing->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-        close(s->fd);
+        fd = s->fd;
     }
     s->pushed = 0;
     s->srtp_on = 0;
@@ -122,6 +120,8 @@ int cs_ingest_remove_stream(cs_ingest *ing, int32_t id) {
     s->jb = NULL;
     s->active = 0;
     pthread_mutex_unlock(&s->mu);
+    if (fd >= 0)
+        rx_unwatch(ing, &s->req, fd);
     pthread_mutex_unlock(&ing->table_mu);
     return 0;
 }

@@ -135,10 +135,11 @@ static void *flood_main(void *arg)
     return NULL;
 }
 
-static void test_ingest_remove_and_add_under_traffic(void)
+static void remove_and_add_under_traffic(uint32_t backend)
 {
     cs_ingest_config cfg;
     cs_ingest_default_config(&cfg);
+    cfg.backend = backend;
     cfg.max_streams = FLOOD_STREAMS;
     cfg.batch = 4;
     cs_ingest *ing = cs_ingest_new(&cfg);
@@ -180,6 +181,17 @@ static void test_ingest_remove_and_add_under_traffic(void)
     cs_ingest_free(ing);
     for (int i = 0; i < FLOOD_STREAMS; i++)
         close(fds[i]);
+}
+
+/* default: io_uring where it works (ingest_uring's tests check that it is chosen) */
+static void test_ingest_remove_and_add_under_traffic(void)
+{
+    remove_and_add_under_traffic(CS_INGEST_BACKEND_AUTO);
+}
+
+static void test_ingest_remove_and_add_under_traffic_epoll(void)
+{
+    remove_and_add_under_traffic(CS_INGEST_BACKEND_EPOLL);
 }
 
 static void test_ingest_errors(void)
@@ -430,6 +442,8 @@ static void test_demux_lookup_most_specific_first(void)
 static const cs_test_case ingest_cases[] = {
     {"ingest_receive_and_pull", test_ingest_receive_and_pull},
     {"ingest_remove_and_add_under_traffic", test_ingest_remove_and_add_under_traffic},
+    {"ingest_remove_and_add_under_traffic_epoll",
+     test_ingest_remove_and_add_under_traffic_epoll},
     {"ingest_errors", test_ingest_errors},
     {"ingest_pushed_stream", test_ingest_pushed_stream},
     {"demux_insert_find_remove", test_demux_insert_find_remove},

@@ -21,6 +21,7 @@ extern const cs_test_suite cs_suite_jb __attribute__((weak));
 extern const cs_test_suite cs_suite_srclock __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest __attribute__((weak));
 extern const cs_test_suite cs_suite_ingest_shared __attribute__((weak));
+extern const cs_test_suite cs_suite_ingest_uring __attribute__((weak));
 extern const cs_test_suite cs_suite_resample __attribute__((weak));
 extern const cs_test_suite cs_suite_jb_codecs __attribute__((weak));
 extern const cs_test_suite cs_suite_srtp __attribute__((weak));
@@ -36,6 +37,7 @@ static const struct {
     {"srclock", &cs_suite_srclock},
     {"ingest", &cs_suite_ingest},
     {"ingest_shared", &cs_suite_ingest_shared},
+    {"ingest_uring", &cs_suite_ingest_uring},
     {"resample", &cs_suite_resample},
     {"jb_codecs", &cs_suite_jb_codecs},
     {"srtp", &cs_suite_srtp},

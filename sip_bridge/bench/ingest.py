@@ -11,6 +11,12 @@ per leg or to one shared port. Receivers (``ingest_receivers``):
 - ``native_per_leg_paced`` / ``native_shared_paced``: the same with paced wakeups
   (``--coalesce-us``, default 1000: at most ~1,000 wakeups/s, up to 1 ms more latency,
   taken only while the rate predicts >= 16 datagrams per sleep).
+- ``native_*_uring`` / ``native_*_uring_paced``: the same four on the io_uring backend
+  (native/src/ingest_uring.c: multishot recvmsg on every socket, one provided-buffer
+  ring, every leg's datagrams reaped from one completion queue; paced: it waits for
+  the datagrams expected in ``--coalesce-us`` or that long, whichever comes first). The
+  plain names run the epoll backend (epoll + recvmmsg), so one run compares asyncio,
+  epoll and io_uring on the same load. A receiver whose backend is refused is an error.
 - ``asyncio_per_leg`` (the baseline of DESIGN.md §3) / ``asyncio_shared`` (the
   like-for-like baseline of the shared port): ``DatagramProtocol`` per socket, or one
   protocol demultiplexing by a dict keyed by source address.
@@ -59,6 +65,10 @@ RECEIVERS = (
     "native_shared",
     "native_per_leg_paced",
     "native_shared_paced",
+    "native_per_leg_uring",
+    "native_shared_uring",
+    "native_per_leg_uring_paced",
+    "native_shared_uring_paced",
     "asyncio_per_leg",
     "asyncio_shared",
 )
@@ -166,6 +176,7 @@ def _run_load(args: argparse.Namespace, pps: int, pinned: bool) -> dict[str, Any
                 coalesce_us=coalesce,
                 pin=pin,
                 rt_priority=args.rt_priority,
+                backend="io_uring" if "_uring" in name else "epoll",
             )
         result[name] = _measure(rx, pps, payload, args, SENDER_CPU if pinned else None)
     result["cpu_ratios"] = _ratios(result)
@@ -214,6 +225,7 @@ def _rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             app_loss=r["app_loss"],
             rcvbuf_errors=r["rcvbuf_errors_delta"],
             dgrams_per_recvmmsg=_round(r.get("datagrams_per_recvmmsg")),
+            cqes_per_enter=_round(r.get("cqes_per_enter")),
             lock_waits=r.get("stream_lock_waits"),
             sched=r.get("sched"),
             proc_p99_9_us=_round(r["processing"]["p99.9"]) if "processing" in r else None,

@@ -176,6 +176,7 @@ class NativeReceiver(Receiver):
         coalesce_us: int,
         pin: Pinning | None,
         rt_priority: int = 0,
+        backend: str = "epoll",
     ) -> None:
         from native.ingest import Ingest
 
@@ -188,7 +189,11 @@ class NativeReceiver(Receiver):
             max_sockets=1,
             cpu=pin.receiver_cpu if pin else None,
             rt_priority=rt_priority,
+            backend=backend,
         )
+        self.backend, reason = self.ing.backend()
+        if self.backend != backend:
+            raise RuntimeError(f"ingest backend {backend} refused: {reason}")
         self.leg: LegOptions = {"min_delay_ms": 40, "max_delay_ms": 200}
         self.ids: list[int] = []
         if shared:
@@ -213,6 +218,8 @@ class NativeReceiver(Receiver):
         if self.pin:
             self.affinity.pin(self.pin.other_cpus)  # the pull loop: off the receiver's CPU
         self.ing.start()
+        if self.ing.backend()[0] != self.backend:
+            raise RuntimeError(f"ingest backend changed at start: {self.ing.backend()[1]}")
         self.sched = self.ing.sched()
         self.counters0 = self.ing.counters()
 
@@ -245,16 +252,29 @@ class NativeReceiver(Receiver):
         delta = {k: c[k] - c0[k] for k in c if isinstance(c[k], int)}
         wakeups, calls = delta["wakeups"], delta["recvmmsg_calls"]
         mode = "one shared socket" if self.shared else "one socket per leg"
+        how = (
+            "io_uring multishot recvmsg + provided buffers"
+            if self.backend == "io_uring"
+            else "epoll + recvmmsg"
+        )
         return {
-            "receiver": f"native: C thread, {mode}, epoll + recvmmsg, parse + source lock + "
+            "receiver": f"native: C thread, {mode}, {how}, parse + source lock + "
             f"jb insert, coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
+            "backend": self.ing.backend()[1],
+            "cqes_per_enter": delta["uring_cqes"] / max(1, delta["uring_enters"])
+            if self.backend == "io_uring"
+            else None,
+            "uring_enobufs": delta["uring_enobufs"],
+            "uring_rearms": delta["uring_rearms"],
             "sched": {1: f"SCHED_FIFO {self.rt_priority}", 0: "normal"}.get(
                 self.sched, f"normal (SCHED_FIFO {self.rt_priority} refused: {self.sched})"
             ),
             "wakeups": wakeups,
             "recvmmsg_calls": calls,
             "datagrams_per_wakeup": delta["datagrams"] / max(1, wakeups),
-            "datagrams_per_recvmmsg": delta["datagrams"] / max(1, calls),
+            "datagrams_per_recvmmsg": delta["datagrams"] / max(1, calls)
+            if self.backend == "epoll"
+            else None,
             "paced_sleeps": delta["paced_sleeps"],
             "stream_lock_waits": delta["stream_lock_waits"],
             "unmatched": delta["unmatched"],
