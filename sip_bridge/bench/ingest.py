@@ -110,6 +110,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0: normal scheduling, the default)",
     )
     parser.add_argument(
+        "--uring-setup",
+        type=lambda s: int(s, 0),
+        default=0,
+        help="IORING_SETUP_* flags of the *_uring receivers' ring, e.g. 0x1100 "
+        "(SINGLE_ISSUER|COOP_TASKRUN); 0: the default, 0x3000 (SINGLE_ISSUER|DEFER_TASKRUN)",
+    )
+    parser.add_argument(
         "--receivers",
         nargs="+",
         choices=list(RECEIVERS),
@@ -177,6 +184,7 @@ def _run_load(args: argparse.Namespace, pps: int, pinned: bool) -> dict[str, Any
                 pin=pin,
                 rt_priority=args.rt_priority,
                 backend="io_uring" if "_uring" in name else "epoll",
+                uring_setup=args.uring_setup,
             )
         result[name] = _measure(rx, pps, payload, args, SENDER_CPU if pinned else None)
     result["cpu_ratios"] = _ratios(result)

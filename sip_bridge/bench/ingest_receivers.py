@@ -177,6 +177,7 @@ class NativeReceiver(Receiver):
         pin: Pinning | None,
         rt_priority: int = 0,
         backend: str = "epoll",
+        uring_setup: int = 0,
     ) -> None:
         from native.ingest import Ingest
 
@@ -190,6 +191,7 @@ class NativeReceiver(Receiver):
             cpu=pin.receiver_cpu if pin else None,
             rt_priority=rt_priority,
             backend=backend,
+            uring_setup=uring_setup,
         )
         self.backend, reason = self.ing.backend()
         if self.backend != backend:

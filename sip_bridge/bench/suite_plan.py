@@ -96,8 +96,9 @@ def _jitter(d: Doc) -> Row:
 def _ingest(d: Doc) -> Row:
     goals = d["goals"]
     run = d["runs"][-1]
-    native, base = run["native_per_leg"], run["asyncio_per_leg"]
-    ratio = run["cpu_ratios"]["asyncio_per_leg/native_per_leg"]["receiver"]
+    name = "native_per_leg_uring" if "native_per_leg_uring" in run else "native_per_leg"
+    native, base = run[name], run["asyncio_per_leg"]
+    ratio = run["cpu_ratios"][f"asyncio_per_leg/{name}"]["receiver"]
     lat = native["latency"]
     loss = native["app_loss"]
     p999 = lat.get("p99.9")
@@ -114,7 +115,7 @@ def _ingest(d: Doc) -> Row:
         + f", {base['cpu_us_per_packet']:.2f} µs CPU/pkt",
         ratio=f"×{ratio:.1f} less CPU/pkt" if ratio else "-",
         goal_met=bool(met),
-        note=f"{run['offered_pps']} pps, loss {loss}, "
+        note=f"{name}: {run['offered_pps']} pps, loss {loss}, "
         f"background CPU {native['background_cpu_share']:.2f}",
     )
 
@@ -255,7 +256,7 @@ def _dtmf(d: Doc) -> Row:
 
 
 # the per-leg native receiver and its asyncio baseline only (no paced or shared runs)
-_INGEST_RX = "--coalesce-us 0 --receivers native_per_leg asyncio_per_leg"
+_INGEST_RX = "--coalesce-us 0 --receivers native_per_leg_uring asyncio_per_leg"
 
 PLANS: tuple[Plan, ...] = (
     Plan(
@@ -290,7 +291,7 @@ PLANS: tuple[Plan, ...] = (
     ),
     Plan(
         "ingest",
-        "RTP arrival to jitter buffer, µs (native per-leg sockets)",
+        "RTP arrival to jitter buffer, µs (native per-leg sockets, io_uring)",
         "asyncio DatagramProtocol",
         "≥ 4× less CPU/pkt, 0 loss at 40 kpps, p99.9 ≤ 50 µs (issue 2)",
         tuple(f"--pps 40000 --seconds 8 --warmup 2 {_INGEST_RX}".split()),
