@@ -87,7 +87,8 @@
  * is kept); the ring itself is set up by each start, in the thread (SINGLE_ISSUER), and
  * a failure there falls back to epoll too. Under io_uring, add/remove go through the
  * thread: an add pokes it to arm the socket, a removal waits until its request was
- * cancelled, so the port is free when remove returns.
+ * cancelled, so the port is free when remove returns (the wait: table mutex -> the
+ * command mutex; the thread takes the command mutex alone, never with a slot's).
  *
  * Allocation: cs_ingest_new() allocates the tables and receive buffers, add_stream the
  * jitter buffer; the receive path allocates nothing.
