@@ -6,8 +6,10 @@ least N of them reach the dimension's threshold: one ``Alert`` (revision 1, a
 deterministic id from the call, the dimension and the episode number) goes to the
 publisher. While the episode is open, stronger evidence (a higher band, or a peak at
 least ``revise_step`` higher) publishes a new revision of the same alert, never a new
-alert. The episode closes (hysteresis) when none of the last M windows reaches the
-lower ``release`` threshold; a later episode is a new alert, up to the per-call cap.
+alert. With ``single_window`` set, one window at that bar (above the threshold) opens
+the episode on its own. The episode closes (hysteresis) when none of the last M windows
+reaches the lower ``release`` threshold; a later episode is a new alert, up to the
+per-call cap.
 Scoring never stops: a voice that turns synthetic after the first minute opens an
 episode then. Every window, scored or abstained, also goes out as a ``ScoreUpdate``.
 
@@ -71,8 +73,8 @@ class _Episode:
 
 @dataclass(slots=True)
 class _DimState:
-    # (start_s, end_s, score, the window's own reasons) of scored windows
-    recent: deque[tuple[float, float, float, tuple[str, ...]]]
+    # (start_s, end_s, score, the window's own reasons, net speech s) of scored windows
+    recent: deque[tuple[float, float, float, tuple[str, ...], float]]
     episodes: int = 0
     open: _Episode | None = None
     last_score: float = 0.0
@@ -164,7 +166,9 @@ class Fusion:
         if pol is self.policy.default and 0.0 < result.threshold < 1.0:
             # no scope names this dimension: the model's own calibrated threshold (its
             # manifest, chosen on held-out data) beats the policy's generic default
-            pol = call.rules[result.dimension] = with_model_threshold(pol, result.threshold)
+            pol = call.rules[result.dimension] = with_model_threshold(
+                pol, result.threshold, result.dimension
+            )
         if result.quality.net_speech_s < pol.min_net_speech_s:
             return
         st = call.dims.get(result.dimension)
@@ -174,21 +178,31 @@ class Fusion:
                 st.episodes if st else 0,
                 st.open if st else None,
             )
-        st.recent.append((result.key.start_s, result.key.end_s, result.score, result.reasons))
+        st.recent.append(
+            (
+                result.key.start_s,
+                result.key.end_s,
+                result.score,
+                result.reasons,
+                result.quality.net_speech_s,
+            )
+        )
         st.last_score = result.score
         if pol.alerting:
             self._step(call, result, st, pol)
 
     def _step(self, call: _Call, r: WindowResult, st: _DimState, pol: DimensionPolicy) -> None:
-        hits = [w for w in st.recent if w[2] >= pol.threshold]
         ep = st.open
         if ep is None:
-            if len(hits) < pol.n or st.episodes >= pol.max_alerts_per_call:
+            if st.episodes >= pol.max_alerts_per_call or not pol.opens(
+                (w[2], w[4]) for w in st.recent
+            ):
                 return
+            hits = [w for w in st.recent if w[2] >= pol.threshold]
             peak = max(w[2] for w in hits)
             ep = st.open = _Episode(st.episodes, 1, _band(peak, pol), peak, self._now())
             st.episodes += 1
-            for s, e, score, notes in hits:
+            for s, e, score, notes, _ in hits:
                 ep.evidence.append(_reason(r.dimension, s, e, score, r.detector, pol, notes))
             self._publish(call, r.dimension, ep, pol, r)
             return

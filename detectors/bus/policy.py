@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -55,6 +56,13 @@ class DimensionPolicy(_Data):
     max_band: Band = Band.HIGH
     revise_step: float = Field(default=0.05, gt=0.0, le=1.0)
     alerting: bool = True
+    # a window scoring this far (a share of the headroom) from ``threshold`` to 1.0
+    # opens the episode on its own, without the N-of-M rule's other windows (issue 5:
+    # a short utterance holds one window of evidence; None: N-of-M only)
+    single_window: float | None = Field(default=None, gt=0.0, lt=1.0)
+    # ... and only a window holding at least this much net speech (a mostly silent
+    # window's score is weak evidence)
+    single_window_min_net_speech_s: float = Field(default=2.0, ge=0.0, le=3600.0)
 
     @model_validator(mode="after")
     def _consistent(self) -> DimensionPolicy:
@@ -72,8 +80,28 @@ class DimensionPolicy(_Data):
     def release_threshold(self) -> float:
         return self.release if self.release is not None else max(0.0, self.threshold - 0.1)
 
+    @property
+    def single_window_threshold(self) -> float | None:
+        """The score at which one window opens the episode alone (None: never)."""
+        if self.single_window is None:
+            return None
+        return self.threshold + self.single_window * (1.0 - self.threshold)
+
+    def opens(self, windows: Iterable[tuple[float, float]]) -> bool:
+        """Whether the last M counted windows, (score, net speech s) each, open an
+        episode: N of them at the threshold, or one at the single-window bar with at
+        least ``single_window_min_net_speech_s`` of speech."""
+        bar = self.single_window_threshold
+        least = self.single_window_min_net_speech_s
+        hits = alone = 0
+        for score, speech in windows:
+            hits += score >= self.threshold
+            alone += bar is not None and score >= bar and speech >= least
+        return hits >= self.n or alone > 0
+
     def used(self) -> dict[str, float]:
         """The numbers behind an alert (``Alert.thresholds``)."""
+        bar = self.single_window_threshold
         return {
             "threshold": self.threshold,
             "high": self.high_threshold,
@@ -82,7 +110,14 @@ class DimensionPolicy(_Data):
             "m": float(self.m),
             "min_net_speech_s": self.min_net_speech_s,
             "max_alerts_per_call": float(self.max_alerts_per_call),
-        }
+        } | (
+            {}
+            if bar is None
+            else {
+                "single_window": bar,
+                "single_window_min_net_speech_s": self.single_window_min_net_speech_s,
+            }
+        )
 
 
 DimensionRules = Annotated[dict[Dimension, DimensionPolicy], Field(max_length=len(Dimension))]
@@ -114,11 +149,25 @@ def _builtin_dimensions() -> dict[Dimension, DimensionPolicy]:
     }
 
 
-def with_model_threshold(pol: DimensionPolicy, threshold: float) -> DimensionPolicy:
+# The single-window bar a dimension gets when no scope names it and it runs at its
+# model's calibrated threshold (``with_model_threshold``), unless the policy's
+# ``default`` sets its own. synthetic_voice: a short suspicious utterance holds one
+# 3 s window of evidence, and the N-of-M rule otherwise waits a hop for a second window
+# half of silence (docs/alerts.md, "One window alone"; chosen on the session eval).
+BUILTIN_SINGLE_WINDOW: dict[Dimension, float] = {Dimension.SYNTHETIC_VOICE: 0.65}
+
+
+def with_model_threshold(
+    pol: DimensionPolicy, threshold: float, dimension: Dimension | None = None
+) -> DimensionPolicy:
     """``pol`` with a detector's calibrated threshold: ``high`` halfway from it to 1 (at
-    least the policy's), release recomputed below it."""
+    least the policy's), release recomputed below it, and ``dimension``'s built-in
+    single-window bar where ``pol`` sets none."""
     high = max(pol.high_threshold, round(threshold + (1.0 - threshold) / 2, 3))
-    return pol.model_copy(update={"threshold": threshold, "high_threshold": high, "release": None})
+    update: dict[str, Any] = {"threshold": threshold, "high_threshold": high, "release": None}
+    if pol.single_window is None and dimension in BUILTIN_SINGLE_WINDOW:
+        update["single_window"] = BUILTIN_SINGLE_WINDOW[dimension]
+    return pol.model_copy(update=update)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +227,7 @@ class PolicyBody(_Data):
         model manifest) instead of the policy's generic ``default`` one."""
         rule = self.for_dimension(dimension, scope)
         if rule is self.default and model_threshold is not None and 0.0 < model_threshold < 1.0:
-            return with_model_threshold(rule, model_threshold)
+            return with_model_threshold(rule, model_threshold, dimension)
         return rule
 
     def resolve(self, scope: Scope | None = None) -> dict[Dimension, DimensionPolicy]:

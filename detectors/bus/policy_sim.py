@@ -1,7 +1,8 @@
 """The alert policy replayed over stored scores: what fusion would have raised on a call
-(``detectors.fusion``, the same N-of-M opening, per-call cap, minimum net speech and
-hysteresis release), in pure Python so the dashboard's what-if can run it too. A test
-feeds the same random score sequences to both and compares the alert counts.
+(``detectors.fusion``, the same N-of-M opening or single-window bar, per-call cap,
+minimum net speech and hysteresis release), in pure Python so the dashboard's what-if
+can run it too. A test feeds the same random score sequences to both and compares the
+alert counts.
 
 Stored scores carry no early-media mark and no tenant: every call is replayed in the
 scope it is given (the default scope unless told otherwise).
@@ -34,33 +35,40 @@ def alerts_on(windows: Iterable[Window], rule: DimensionPolicy) -> int:
     """How many alerts (episodes) fusion raises on ``windows`` under ``rule``."""
     if not rule.alerting or rule.max_alerts_per_call == 0:
         return 0
-    recent: deque[float] = deque(maxlen=rule.m)
+    recent: deque[tuple[float, float]] = deque(maxlen=rule.m)
     episodes, open_ = 0, False
     for w in windows:
         if w.net_speech_s < rule.min_net_speech_s:
             continue
-        recent.append(w.score)
+        recent.append((w.score, w.net_speech_s))
         if not open_:
-            hits = sum(1 for s in recent if s >= rule.threshold)
-            if hits >= rule.n and episodes < rule.max_alerts_per_call:
+            if episodes < rule.max_alerts_per_call and rule.opens(recent):
                 open_, episodes = True, episodes + 1
             continue
-        if len(recent) == rule.m and all(s < rule.release_threshold for s in recent):
+        if len(recent) == rule.m and all(s < rule.release_threshold for s, _ in recent):
             open_ = False
     return episodes
 
 
 def alert_score(windows: Iterable[Window], rule: DimensionPolicy) -> float:
     """The highest threshold at which the call still raises its first alert: the
-    largest n-th highest score of any M consecutive counted windows (-inf: never)."""
+    largest n-th highest score of any M consecutive counted windows, or with a
+    single-window share f, the threshold t whose bar t + f (1 - t) the call's highest
+    window with enough speech for it reaches, (max - f) / (1 - f), if higher (-inf:
+    never)."""
     recent: deque[float] = deque(maxlen=rule.m)
-    best = -math.inf
+    best = top = -math.inf
     for w in windows:
         if w.net_speech_s < rule.min_net_speech_s:
             continue
         recent.append(w.score)
+        if w.net_speech_s >= rule.single_window_min_net_speech_s:
+            top = max(top, w.score)
         if len(recent) >= rule.n:
             best = max(best, sorted(recent, reverse=True)[rule.n - 1])
+    f = rule.single_window
+    if f is not None and top > -math.inf:
+        best = max(best, (top - f) / (1.0 - f))
     return best
 
 

@@ -82,6 +82,7 @@ class CallOutcome:
     """One detector's verdict on one call in one condition."""
 
     scores: list[tuple[float, float]] = field(default_factory=list)  # (start_s, score)
+    speech: list[float] = field(default_factory=list)  # net speech s, beside ``scores``
     abstained: Counter[str] = field(default_factory=Counter)
     alerted: bool = False
 
@@ -146,6 +147,7 @@ class _Collector:
             o = self.out[r.detector][r.key.call_id]
             if r.score is not None:
                 o.scores.append((r.key.start_s, r.score))
+                o.speech.append(r.quality.net_speech_s)
             else:
                 o.abstained[r.abstained.value if r.abstained else "unknown"] += 1
             self.fusions[r.detector].on_result(r)

@@ -109,13 +109,20 @@ def loader(
     return load
 
 
+def _windows(outcome: CallOutcome) -> list[Window]:
+    """The call's scored windows in time order, with their net speech where known."""
+    speech = outcome.speech if len(outcome.speech) == len(outcome.scores) else []
+    pairs = zip(outcome.scores, speech or [0.0] * len(outcome.scores), strict=True)
+    return sorted((Window(t, sc, sp) for (t, sc), sp in pairs), key=lambda w: w.start_s)
+
+
 def count_alerts(outcome: CallOutcome, rule: DimensionPolicy) -> int:
     """Alert episodes the policy raises over the call's scored windows, in time order."""
-    return alerts_on((Window(t, sc) for t, sc in sorted(outcome.scores)), rule)
+    return alerts_on(_windows(outcome), rule)
 
 
 def _alert_score(outcome: CallOutcome, rule: DimensionPolicy) -> float:
-    return alert_score((Window(t, sc) for t, sc in sorted(outcome.scores)), rule)
+    return alert_score(_windows(outcome), rule)
 
 
 def clopper_pearson(k: int, n: int, alpha: float = Z_ALPHA) -> tuple[float, float]:

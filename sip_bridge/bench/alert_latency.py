@@ -403,7 +403,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "suspicious_utterance": f"synthetic speech from {args.spoof_dir}"
             if spoofs
             else "speech with the fixture's marker tone",
-            "policy": "built-in (synthetic_voice: 2 of 3 windows >= 0.5)",
+            "policy": "built-in (synthetic_voice at its model's threshold: 2 of 3 "
+            "windows, or one window with >= 2 s of speech at the single-window bar)",
             "concurrent_calls": calls_n,
             "rounds": rounds,
             "lead_s": lead_s,
