@@ -105,14 +105,24 @@ class WebhookAdmin:
         return self._key
 
     async def add(
-        self, url: str, event_types: tuple[str, ...] = (), allow_private: bool = False
+        self,
+        url: str,
+        event_types: tuple[str, ...] = (),
+        allow_private: bool = False,
+        tenants: tuple[str, ...] = (),
     ) -> tuple[Endpoint, str]:
         """A new endpoint and its secret (shown once). ``ValueError`` (``BlockedTarget``
         included) for a URL or filter the CLI would refuse too."""
         key = self._fernet()
         # the SSRF check resolves the host: off the event loop
         endpoint, secret = await asyncio.to_thread(
-            new_endpoint, key, url, event_types, allow_private, self._allow_private_targets
+            new_endpoint,
+            key,
+            url,
+            event_types,
+            allow_private,
+            self._allow_private_targets,
+            tenants,
         )
         await self._save(endpoint)
         return endpoint, secret

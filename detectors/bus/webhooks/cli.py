@@ -33,6 +33,9 @@ def add_parser(sub: Any, name: str) -> None:
     add.add_argument("url")
     add.add_argument("--events", nargs="*", default=[], help="event-type globs (default: all)")
     add.add_argument("--allow-private", action="store_true", help="allow a private target")
+    add.add_argument(
+        "--tenant", action="append", default=[], help="only this tenant's alerts (repeatable)"
+    )
     act.add_parser("list", help="endpoints")
     act.add_parser("dead", help="dead-lettered deliveries")
     rot = act.add_parser("rotate", help="new secret; the old one signs during the overlap")
@@ -62,12 +65,13 @@ def run(args: argparse.Namespace) -> int:
     client = sync_client(settings, url)
     store = EndpointStore(client, keys, key, settings.webhook_allow_private_targets)
     if args.action == "add":
-        ep, secret = store.add(args.url, tuple(args.events), args.allow_private)
+        ep, secret = store.add(args.url, tuple(args.events), args.allow_private, tuple(args.tenant))
         print(f"{ep.id} {ep.url}\nsecret (shown once): {secret}")
     elif args.action == "list":
         for ep in store.all():
             state = "enabled" if ep.enabled else f"disabled ({ep.disabled_reason})"
-            print(f"{ep.id} {state} {ep.url} events={list(ep.event_types) or ['*']}")
+            tenants = list(ep.tenants) or ["*"]
+            print(f"{ep.id} {state} {ep.url} events={list(ep.event_types) or ['*']} {tenants=}")
     elif args.action == "rotate":
         print(f"new secret: {store.rotate(args.endpoint, args.overlap_hours * 3600)}")
     elif args.action in ("enable", "disable"):

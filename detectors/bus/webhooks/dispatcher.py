@@ -35,7 +35,7 @@ from detectors.bus.webhooks.payload import envelope_json, event_type, matches, m
 from detectors.bus.webhooks.queue import Delivery, DeliveryQueue
 from detectors.bus.webhooks.schedule import Clock, RetryPolicy, SystemClock
 from detectors.bus.webhooks.sender import Sender
-from detectors.bus.webhooks.store import Endpoint
+from detectors.bus.webhooks.store import Endpoint, wants
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,10 @@ class Dispatcher:
                 log.warning("stream entry dropped: %s", exc)
                 continue
             body = message.model_dump_json()
+            tenant = message.tenant if isinstance(message, Alert) else None
             for ep in endpoints:
+                if not wants(ep, tenant):
+                    continue
                 if matches(event_type(message), ep.event_types) and await self.queue.enqueue(
                     ep.id, message_id(message), call_key(message), body, now
                 ):

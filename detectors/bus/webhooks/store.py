@@ -1,8 +1,10 @@
 """Webhook endpoints in Redis (``wh:endpoints``), shared by the dispatcher, the CLI and
-the dashboard: URL, event-type filter, enabled state, and the encrypted secrets."""
+the dashboard: URL, event-type and tenant filters, enabled state, and the encrypted
+secrets."""
 
 from __future__ import annotations
 
+import re
 import secrets as pysecrets
 import time
 
@@ -10,6 +12,7 @@ import redis
 from cryptography.fernet import Fernet
 from pydantic import BaseModel, ConfigDict
 
+from detectors.bus.biometrics import TENANT_PATTERN
 from detectors.bus.keys import Keys
 from detectors.bus.webhooks import secrets
 from detectors.bus.webhooks.payload import EVENT_TYPES
@@ -22,6 +25,9 @@ class Endpoint(BaseModel):
     id: str
     url: str
     event_types: tuple[str, ...] = ()  # glob patterns; empty: every event type
+    # alerts of these tenants only (system events, which have no tenant, are then not
+    # delivered); empty: every tenant's alerts and the system events
+    tenants: tuple[str, ...] = ()
     enabled: bool = True
     disabled_reason: str = ""
     allow_private: bool = False
@@ -32,6 +38,18 @@ class Endpoint(BaseModel):
     def live_secrets(self, key: Fernet, now: float) -> list[str]:
         tokens = self.secrets if now < self.previous_until else self.secrets[:1]
         return [secrets.decrypt(key, t) for t in tokens]
+
+
+def check_tenants(tenants: tuple[str, ...]) -> None:
+    bad = [t for t in tenants if not re.match(TENANT_PATTERN, t)]
+    if bad or len(tenants) > 64:
+        raise ValueError(f"invalid tenant filter {bad or '(over 64 tenants)'}")
+
+
+def wants(endpoint: Endpoint, tenant: str | None) -> bool:
+    """Whether the endpoint's tenant filter lets a message of ``tenant`` (None: a
+    system event) through."""
+    return not endpoint.tenants or (tenant is not None and tenant in endpoint.tenants)
 
 
 def check_event_types(event_types: tuple[str, ...]) -> None:
@@ -46,6 +64,7 @@ def new_endpoint(
     event_types: tuple[str, ...] = (),
     allow_private: bool = False,
     allow_private_targets: bool = False,
+    tenants: tuple[str, ...] = (),
 ) -> tuple[Endpoint, str]:
     """A checked new endpoint record and its secret (the CLI's and the dashboard's add):
     SSRF-checked URL (resolves the host), known event types, private targets only where
@@ -56,11 +75,13 @@ def new_endpoint(
         )
     check_url(url, allow_private)
     check_event_types(event_types)
+    check_tenants(tenants)
     secret = secrets.new_secret()
     endpoint = Endpoint(
         id="ep_" + pysecrets.token_hex(8),
         url=url,
         event_types=event_types,
+        tenants=tuple(sorted(set(tenants))),
         allow_private=allow_private,
         secrets=(secrets.encrypt(key, secret),),
         created_at=time.time(),
@@ -88,11 +109,15 @@ class EndpointStore:
         self._allow_private_targets = allow_private_targets
 
     def add(
-        self, url: str, event_types: tuple[str, ...] = (), allow_private: bool = False
+        self,
+        url: str,
+        event_types: tuple[str, ...] = (),
+        allow_private: bool = False,
+        tenants: tuple[str, ...] = (),
     ) -> tuple[Endpoint, str]:
         """Create an endpoint; returns it and its secret (shown once, stored encrypted)."""
         endpoint, secret = new_endpoint(
-            self._key, url, event_types, allow_private, self._allow_private_targets
+            self._key, url, event_types, allow_private, self._allow_private_targets, tenants
         )
         self._save(endpoint)
         return endpoint, secret
