@@ -8,6 +8,8 @@
   Idle and absolute expiry are checked against the injected clock, so tests can age one.
 - API keys: ``csk_<id>_<secret>``, stored as SHA-256 (high-entropy keys need no slow
   hash), each with a role.
+- Tenants: every principal may carry a tenant set (``dashboard.tenancy``); none means
+  platform-wide. Users and API keys store theirs; a session copies its user's at login.
 - Rate limits: fixed-window counters in Redis, shared by every dashboard process.
 """
 
@@ -28,6 +30,7 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from dashboard.keys import DashKeys
+from dashboard.tenancy import Tenants, dump_tenants, inside, load_tenants
 
 Clock = Callable[[], float]
 
@@ -60,6 +63,10 @@ class Principal:
     kind: str  # "session" or "api_key"
     sid: str = ""
     csrf: str = ""
+    tenants: Tenants = None  # None: platform-wide; else only these tenants' data
+
+    def sees(self, tenant: str) -> bool:
+        return self.tenants is None or tenant in self.tenants
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,7 @@ class Session:
     role: Role
     csrf: str
     created: float
+    tenants: Tenants = None
 
 
 _USERNAME_MAX = 64
@@ -95,11 +103,16 @@ class UserStore:
         self._hasher = hasher or PasswordHasher()
         self._dummy = self._hasher.hash(secrets.token_urlsafe(16))
 
-    async def create(self, name: str, password: str, role: Role) -> None:
+    async def create(self, name: str, password: str, role: Role, tenants: Tenants = None) -> None:
         check_username(name)
         if len(password) < 12:
             raise ValueError("password must be at least 12 characters")
-        record = {"hash": self._hasher.hash(password), "role": role.label, "created": self._clock()}
+        record = {
+            "hash": self._hasher.hash(password),
+            "role": role.label,
+            "created": self._clock(),
+            "tenants": dump_tenants(tenants),
+        }
         if not await self._r.hsetnx(self._k.users, name, json.dumps(record)):
             raise ValueError(f"user {name!r} already exists")
 
@@ -109,8 +122,14 @@ class UserStore:
         for name, body in sorted(raw.items()):
             record = json.loads(body)
             user = name.decode() if isinstance(name, bytes) else str(name)
-            out.append({"username": user, "role": record["role"]})
+            tenants = dump_tenants(load_tenants(record.get("tenants")))
+            out.append({"username": user, "role": record["role"], "tenants": tenants})
         return out
+
+    async def tenants(self, name: str) -> Tenants:
+        """The user's tenant set (None: platform-wide, or no such user)."""
+        body = await self._r.hget(self._k.users, name)
+        return load_tenants(json.loads(body).get("tenants")) if body else None
 
     async def verify(self, name: str, password: str) -> Role | None:
         """The user's role when the password is right, else None (same cost either way)."""
@@ -136,12 +155,18 @@ class ApiKeyStore:
     def _digest(key: str) -> str:
         return hashlib.sha256(key.encode()).hexdigest()
 
-    async def create(self, name: str, role: Role) -> tuple[str, str]:
+    async def create(self, name: str, role: Role, tenants: Tenants = None) -> tuple[str, str]:
         """(key id, the key): the key is shown once and stored only as its digest."""
         check_username(name)
         key_id = secrets.token_hex(6)
         key = f"csk_{key_id}_{secrets.token_urlsafe(32)}"
-        record = {"id": key_id, "name": name, "role": role.label, "created": self._clock()}
+        record = {
+            "id": key_id,
+            "name": name,
+            "role": role.label,
+            "created": self._clock(),
+            "tenants": dump_tenants(tenants),
+        }
         await self._r.hset(self._k.api_keys, self._digest(key), json.dumps(record))
         return key_id, key
 
@@ -149,13 +174,25 @@ class ApiKeyStore:
         raw = await self._r.hvals(self._k.api_keys)
         records = [json.loads(v) for v in raw]
         return sorted(
-            ({"id": r["id"], "name": r["name"], "role": r["role"]} for r in records),
+            (
+                {
+                    "id": r["id"],
+                    "name": r["name"],
+                    "role": r["role"],
+                    "tenants": dump_tenants(load_tenants(r.get("tenants"))),
+                }
+                for r in records
+            ),
             key=lambda r: str(r["name"]),
         )
 
-    async def revoke(self, key_id: str) -> bool:
+    async def revoke(self, key_id: str, within: Tenants = None) -> bool:
+        """Deletes the key; with ``within``, only a key scoped inside those tenants."""
         for digest, body in (await self._r.hgetall(self._k.api_keys)).items():
-            if json.loads(body)["id"] == key_id:
+            record = json.loads(body)
+            if record["id"] == key_id:
+                if within is not None and not inside(load_tenants(record.get("tenants")), within):
+                    return False
                 return bool(await self._r.hdel(self._k.api_keys, digest))
         return False
 
@@ -167,7 +204,10 @@ class ApiKeyStore:
             return None
         record = json.loads(body)
         return Principal(
-            name=f"key:{record['name']}", role=Role.parse(record["role"]), kind="api_key"
+            name=f"key:{record['name']}",
+            role=Role.parse(record["role"]),
+            kind="api_key",
+            tenants=load_tenants(record.get("tenants")),
         )
 
 
@@ -185,10 +225,10 @@ class SessionStore:
         self._signer = URLSafeSerializer(secret, salt="callshield-dashboard-session")
         self._idle_s, self._max_s = idle_s, max_s
 
-    async def create(self, user: str, role: Role) -> tuple[Session, str]:
+    async def create(self, user: str, role: Role, tenants: Tenants = None) -> tuple[Session, str]:
         """A new session and its signed cookie value."""
         session = Session(
-            secrets.token_urlsafe(24), user, role, secrets.token_urlsafe(32), self._clock()
+            secrets.token_urlsafe(24), user, role, secrets.token_urlsafe(32), self._clock(), tenants
         )
         await self._save(session)
         return session, self._signer.dumps(session.sid)
@@ -200,6 +240,7 @@ class SessionStore:
             "csrf": session.csrf,
             "created": session.created,
             "seen": self._clock(),
+            "tenants": dump_tenants(session.tenants),
         }
         await self._r.set(self._k.session(session.sid), json.dumps(body), ex=self._idle_s)
 
@@ -223,7 +264,12 @@ class SessionStore:
             await self._r.delete(self._k.session(sid))
             return None
         session = Session(
-            sid, record["user"], Role.parse(record["role"]), record["csrf"], record["created"]
+            sid,
+            record["user"],
+            Role.parse(record["role"]),
+            record["csrf"],
+            record["created"],
+            load_tenants(record.get("tenants")),
         )
         await self._save(session)
         return session

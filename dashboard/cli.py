@@ -1,8 +1,11 @@
 """``callshield dashboard``: serve the web process, or bootstrap its users and keys.
 
   callshield dashboard [--listen 127.0.0.1:8080]
-  callshield dashboard create-user NAME [--role admin] [--password-stdin]
-  callshield dashboard create-api-key NAME [--role viewer]
+  callshield dashboard create-user NAME [--role admin] [--password-stdin] [--tenant T ...]
+  callshield dashboard create-api-key NAME [--role viewer] [--tenant T ...]
+
+``--tenant`` (repeatable) limits the principal to those tenants; without it the
+principal is platform-wide (this CLI talks to Redis directly: it is the operator's).
 
 Nothing heavy is imported until a command runs (the CLI root loads this module on every
 ``callshield`` invocation).
@@ -30,10 +33,12 @@ def add_parser(sub: Any, name: str) -> None:
     user.add_argument("username")
     user.add_argument("--role", choices=_ROLES, default="admin")
     user.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    user.add_argument("--tenant", action="append", help="limit to this tenant (repeatable)")
     user.set_defaults(run=create_user)
     key = actions.add_parser("create-api-key", help="create an API key for a machine")
     key.add_argument("name")
     key.add_argument("--role", choices=_ROLES, default="viewer")
+    key.add_argument("--tenant", action="append", help="limit to this tenant (repeatable)")
     key.set_defaults(run=create_api_key)
 
 
@@ -89,12 +94,14 @@ def _read_password(from_stdin: bool) -> str:
 
 def create_user(args: argparse.Namespace) -> int:
     from dashboard.auth import Role
+    from dashboard.tenancy import parse_tenants
 
     async def go() -> None:
+        tenants = parse_tenants(args.tenant)
         client, users, _ = await _stores()
         try:
             await users.create(
-                args.username, _read_password(args.password_stdin), Role.parse(args.role)
+                args.username, _read_password(args.password_stdin), Role.parse(args.role), tenants
             )
         finally:
             await client.aclose()
@@ -110,11 +117,13 @@ def create_user(args: argparse.Namespace) -> int:
 
 def create_api_key(args: argparse.Namespace) -> int:
     from dashboard.auth import Role
+    from dashboard.tenancy import parse_tenants
 
     async def go() -> str:
+        tenants = parse_tenants(args.tenant)
         client, _, keys = await _stores()
         try:
-            _, key = await keys.create(args.name, Role.parse(args.role))
+            _, key = await keys.create(args.name, Role.parse(args.role), tenants)
         finally:
             await client.aclose()
         return str(key)

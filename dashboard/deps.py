@@ -101,7 +101,9 @@ async def authenticate(conn: HTTPConnection, ctx: Context) -> Principal | None:
     session = await ctx.sessions.load(cookie)
     if session is None:
         return None
-    return Principal(session.user, session.role, "session", session.sid, session.csrf)
+    return Principal(
+        session.user, session.role, "session", session.sid, session.csrf, session.tenants
+    )
 
 
 async def check_csrf(request: Request, ctx: Context, who: Principal) -> None:

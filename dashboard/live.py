@@ -8,7 +8,8 @@ the API's public models: phone numbers masked. Each message is encoded once for 
 clients; each client's sender task only writes the shared text (no per-client JSON, no
 per-message ``asyncio.wait``), and the server offers no per-message compression, which
 would otherwise deflate every message once per client. Triage changes made through this process
-are pushed too (``publish``).
+are pushed too (``publish``). Each message carries its tenant: a tenant-scoped client
+is offered only its tenants' messages (still one encoding per message).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import redis.asyncio
 
 from dashboard.masking import mask_ids
 from dashboard.schemas import AlertPublic
+from dashboard.tenancy import Tenants
 from detectors.alert_schema import Alert, CallEvent
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
@@ -34,8 +36,9 @@ class LiveClient:
     ``size`` messages behind is marked overflowed and gets ``None`` (the end marker,
     in a slot kept for it): its sender stops and the route closes it with 1013."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, tenants: Tenants = None) -> None:
         self._size = size
+        self.tenants = tenants  # None: every tenant's messages
         self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=size + 1)  # JSON text
         self.overflowed = False
 
@@ -57,39 +60,43 @@ class LiveHub:
         self.fanned_out = 0
         self.errors = 0
 
-    def connect(self) -> LiveClient:
-        client = LiveClient(self._size)
+    def connect(self, tenants: Tenants = None) -> LiveClient:
+        client = LiveClient(self._size, tenants)
         self.clients.add(client)
         return client
 
     def disconnect(self, client: LiveClient) -> None:
         self.clients.discard(client)
 
-    def publish(self, message: dict[str, Any]) -> None:
-        """Encoded once, whatever the number of clients (``callshield bench dashboard``)."""
+    def publish(self, message: dict[str, Any], tenant: str | None = None) -> None:
+        """Encoded once, whatever the number of clients (``callshield bench dashboard``).
+        ``tenant``: the message's tenant; a scoped client gets only its tenants' ones
+        (a message of no tenant goes to platform-wide clients only)."""
         text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
         for client in list(self.clients):
-            client.offer(text)
+            if client.tenants is None or (tenant is not None and tenant in client.tenants):
+                client.offer(text)
         self.fanned_out += 1
 
     @staticmethod
-    def message(fields: dict[bytes, bytes]) -> dict[str, Any] | None:
+    def message(fields: dict[bytes, bytes]) -> tuple[dict[str, Any], str] | None:
+        """The message for clients and its tenant."""
         try:
             msg = decode(fields)
         except ValueError:
             return None
         if isinstance(msg, Alert):
-            return {"type": "alert", "alert": AlertPublic.of(msg).model_dump(mode="json")}
+            alert = AlertPublic.of(msg).model_dump(mode="json")
+            return {"type": "alert", "alert": alert}, msg.tenant
         if isinstance(msg, CallEvent):
-            return {
-                "type": "call",
-                "call": {
-                    "call_id": msg.call_id,
-                    "event": msg.event,
-                    "at": msg.at.isoformat(),
-                    "external_ids": mask_ids(msg.external_ids),
-                },
+            call = {
+                "call_id": msg.call_id,
+                "event": msg.event,
+                "at": msg.at.isoformat(),
+                "external_ids": mask_ids(msg.external_ids),
+                "tenant": msg.tenant,
             }
+            return {"type": "call", "call": call}, msg.tenant
         return None
 
     async def _start_ids(self) -> dict[str, str]:
@@ -118,8 +125,8 @@ class LiveHub:
                 key = stream.decode()
                 for entry_id, fields in entries:
                     ids[key] = entry_id.decode()
-                    message = self.message(fields)
-                    if message is not None:
-                        self.publish(message)
+                    found = self.message(fields)
+                    if found is not None:
+                        self.publish(*found)
                 if key == self._keys.alerts:
                     self.last_alert_id = ids[key]

@@ -34,6 +34,7 @@ from dashboard.auth import Role, check_username
 from dashboard.keys import DashKeys
 from dashboard.oidc_tokens import Expected, OidcError, pkce_challenge, verify_id_token
 from dashboard.settings import DashboardSettings
+from dashboard.tenancy import Tenants, parse_tenants
 from detectors.bus.secret_source import resolve_secret
 
 STATE_TTL_S = 600
@@ -67,6 +68,7 @@ class OidcConfig:
     role_claim: str
     role_map: dict[str, Role]
     username_claim: str
+    tenant_claim: str
     leeway_s: float
     timeout_s: float
 
@@ -96,6 +98,7 @@ class OidcConfig:
             role_claim=s.oidc_role_claim,
             role_map={k: Role.parse(v) for k, v in s.oidc_role_map.items()},
             username_claim=s.oidc_username_claim,
+            tenant_claim=s.oidc_tenant_claim,
             leeway_s=s.oidc_leeway_s,
             timeout_s=s.oidc_timeout_s,
         )
@@ -226,6 +229,25 @@ def map_role(claims: dict[str, Any], path: str, mapping: dict[str, Role]) -> Rol
     values = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
     roles = [mapping[v] for v in values if isinstance(v, str) and v in mapping]
     return max(roles, default=None)
+
+
+def map_tenants(claims: dict[str, Any], path: str) -> tuple[Tenants, str]:
+    """(the user's tenants, "") or (None, why the login is refused). No ``path``:
+    platform-wide; a ``*`` value: platform-wide; else the named tenants."""
+    if not path:
+        return None, ""
+    raw = claim_at(claims, path)
+    values = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    names = [v for v in values if isinstance(v, str)]
+    if "*" in names:
+        return None, ""
+    try:
+        tenants = parse_tenants(names)
+    except ValueError as exc:
+        return frozenset(), str(exc)
+    if tenants is None:
+        return frozenset(), f"no {path} value names a tenant"
+    return tenants, ""
 
 
 def username(claims: dict[str, Any], claim: str) -> str:

@@ -119,6 +119,7 @@ class CallPublic(BaseModel):
     # from the newest mid-call claims (PATCH /calls/{id}); None until one names them
     queue: str | None = None
     agent_id: str | None = None
+    tenant: str = "default"  # the call's tenant, as the bridge resolved it
 
     @staticmethod
     def masked(value: str) -> str:
@@ -147,6 +148,7 @@ class CallRisk(BaseModel):
     unanalyzed: str = ""  # why the call is not analysed ("capacity", ...); "" if it is
     correlation_id: str | None = None
     as_of: datetime  # when this answer was read
+    tenant: str = "default"
 
 
 class TimelinePoint(BaseModel):
@@ -216,17 +218,21 @@ class Me(BaseModel):
     role: str
     kind: str
     csrf_token: str = ""
+    tenants: list[str] | None = None  # None: platform-wide
 
 
 class UserIn(BaseModel):
     username: str = Field(min_length=1, max_length=64)
     password: str = Field(min_length=12, max_length=1024)
     role: Literal["viewer", "analyst", "admin"]
+    # None or empty: platform-wide (only a platform-wide admin may create one)
+    tenants: list[str] | None = Field(default=None, max_length=64)
 
 
 class ApiKeyIn(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     role: Literal["viewer", "analyst", "admin"]
+    tenants: list[str] | None = Field(default=None, max_length=64)
 
 
 class ApiKeyCreated(BaseModel):
@@ -270,6 +276,7 @@ class CallFilters(BaseModel):
     agent: str | None = Field(default=None, min_length=1, max_length=128)
     since: datetime | None = None  # the call's last event at or after (ISO 8601)
     until: datetime | None = None  # ... at or before
+    tenant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
     @field_validator("*", mode="before")
     @classmethod

@@ -64,6 +64,10 @@ class DashboardSettings(BaseSettings):
     # highest mapped role wins, a login mapping to none is refused
     oidc_role_map: dict[str, str] = Field(default_factory=dict)
     oidc_username_claim: str = "preferred_username"  # shown as oidc:<value>
+    # multi-tenant platforms: a dotted path to the claim naming the user's tenants (a
+    # string or a list; "*": platform-wide); a login without one is refused. Empty:
+    # every OIDC user is platform-wide (a single-tenant deployment)
+    oidc_tenant_claim: str = ""
     oidc_leeway_s: float = Field(default=60.0, ge=0.0, le=600.0)  # clock skew
     oidc_timeout_s: float = Field(default=5.0, gt=0.0, le=60.0)  # per provider request
 

@@ -34,6 +34,7 @@ from dashboard.schemas import (
     TimelinePoint,
     Triage,
 )
+from dashboard.tenancy import Tenants
 from detectors.alert_schema import Alert, Band, CallEvent, Dimension, ScoreUpdate, SystemEvent
 from detectors.bus.biometrics import CallUpdate
 from detectors.bus.codec import decode_alert
@@ -114,9 +115,16 @@ class DashboardStore:
         return out
 
     async def alerts(
-        self, status: str | None = None, band: Band | None = None, call_id: str | None = None
+        self,
+        status: str | None = None,
+        band: Band | None = None,
+        call_id: str | None = None,
+        tenants: Tenants = None,
     ) -> list[AlertPublic]:
+        """``tenants``: only those tenants' alerts (None: every tenant's)."""
         alerts = await self._latest_alerts()
+        if tenants is not None:
+            alerts = [a for a in alerts if a.tenant in tenants]
         if band is not None:
             alerts = [a for a in alerts if a.band == band]
         if call_id is not None:
@@ -186,9 +194,11 @@ class DashboardStore:
         await pipe.execute()
         return record
 
-    async def labels(self) -> list[dict[str, Any]]:
+    async def labels(self, tenants: Tenants = None) -> list[dict[str, Any]]:
         raw = await self._r.hvals(self.dash.labels)
-        return sorted((json.loads(v) for v in raw), key=lambda r: float(r["at"]))
+        found = (json.loads(v) for v in raw)
+        shown = (r for r in found if tenants is None or r.get("tenant", "default") in tenants)
+        return sorted(shown, key=lambda r: float(r["at"]))
 
     # --- calls ----------------------------------------------------------------------
     async def _call_hashes(self, call_ids: list[str]) -> list[dict[str, str]]:
@@ -229,6 +239,7 @@ class DashboardStore:
         top = max(alerts, key=lambda a: (BAND_RANK[a.band], a.score), default=None)
         numbers = self._open_numbers(call_id, fields)
         claims = claims or {}
+        tenant = event.tenant if event else alerts[0].tenant if alerts else "default"
         return CallPublic(
             call_id=call_id,
             state=fields.get("state", "unknown"),
@@ -243,6 +254,7 @@ class DashboardStore:
             alerts=len(alerts),
             queue=claims.get("queue"),
             agent_id=claims.get("agent_id"),
+            tenant=tenant,
         )
 
     async def call_claims(self, call_ids: set[str] | None = None) -> dict[str, dict[str, str]]:
@@ -276,6 +288,7 @@ class DashboardStore:
         since: datetime | None = None,
         until: datetime | None = None,
         limit: int = 500,
+        tenants: Tenants = None,
     ) -> list[CallPublic]:
         """Live calls, riskiest first. ``since``/``until`` bound the call's last event
         (the ``calls:live`` score); ``queue``/``agent`` match the claimed ones exactly."""
@@ -295,6 +308,8 @@ class DashboardStore:
             self._call(call_id, fields, by_call.get(call_id, []), claims.get(call_id))
             for call_id, fields in zip(ids, await self._call_hashes(ids), strict=True)
         ]
+        if tenants is not None:
+            calls = [c for c in calls if c.tenant in tenants]
         if band is not None:
             calls = [c for c in calls if c.band == band]
         if queue is not None:
@@ -312,6 +327,15 @@ class DashboardStore:
         if fields.get("json"):
             ids = dict(CallEvent.model_validate_json(fields["json"]).external_ids)
         return {**self._open_numbers(call_id, fields), "external_ids": ids}
+
+    async def call_tenant(self, call_id: str) -> str | None:
+        """The call's tenant: from its last event, else its alerts; None when unknown."""
+        (fields,) = await self._call_hashes([call_id])
+        event = self._event(fields)
+        if event is not None:
+            return event.tenant
+        alert = next((a for a in await self._latest_alerts() if a.call_id == call_id), None)
+        return alert.tenant if alert else None
 
     async def call_by_external_id(self, system: str, external_id: str) -> str | None:
         value = await self._r.get(self.keys.external_id(system, external_id))
@@ -359,6 +383,7 @@ class DashboardStore:
             unanalyzed=unanalyzed,
             correlation_id=event.correlation_id if event else None,
             as_of=datetime.fromtimestamp(self._clock(), UTC),
+            tenant=event.tenant if event else "default",
         )
 
     async def call_detail(self, call_id: str) -> CallDetail | None:

@@ -18,14 +18,18 @@ from starlette.requests import HTTPConnection
 from dashboard.cases import CallFacts
 from dashboard.evidence import EvidenceDesk
 from dashboard.schemas import RelatedCall
+from dashboard.tenancy import Tenants
 from detectors.bus.evidence import EvidenceKind, EvidenceMeta
 
 log = logging.getLogger(__name__)
 
 
-async def related_calls(conn: HTTPConnection, call_id: str) -> list[RelatedCall]:
+async def related_calls(
+    conn: HTTPConnection, call_id: str, tenants: Tenants = None
+) -> list[RelatedCall]:
     """The call page's related calls: same ANI hash, watchlist entry or replayed audio
-    (``CallFacts.related``), then the same voice by kept embedding."""
+    (``CallFacts.related``), then the same voice by kept embedding; with ``tenants``,
+    only calls of those tenants (a call of no known tenant is left out)."""
     facts: CallFacts = conn.app.state.call_facts
     desk: EvidenceDesk = conn.app.state.evidence
     settings = conn.app.state.ctx.settings
@@ -34,6 +38,9 @@ async def related_calls(conn: HTTPConnection, call_id: str) -> list[RelatedCall]
     recent = [c for c in reversed(await facts.calls()) if c not in shown]  # newest first
     threshold, scan = settings.related_voice_threshold, settings.related_voice_scan
     found += await same_voice(desk, call_id, recent, threshold, scan)
+    if tenants is not None:
+        store = conn.app.state.ctx.store
+        found = [r for r in found if await store.call_tenant(r["call_id"]) in tenants]
     return [RelatedCall.model_validate(r) for r in found]
 
 

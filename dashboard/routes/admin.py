@@ -1,4 +1,9 @@
-"""Users, API keys and the audit log (``/api/v1``; admin only)."""
+"""Users, API keys and the audit log (``/api/v1``; admin only).
+
+Tenants: a principal created without ``tenants`` is platform-wide, which only a
+platform-wide admin may create; a tenant-scoped admin creates, lists and revokes only
+principals inside its own tenants, and reads only its tenants' audit entries.
+"""
 
 from __future__ import annotations
 
@@ -6,51 +11,72 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException
 
-from dashboard.auth import Role
+from dashboard import scoping
+from dashboard.auth import Principal, Role
 from dashboard.deps import Admin, CtxDep
 from dashboard.schemas import ApiKeyCreated, ApiKeyIn, UserIn
+from dashboard.tenancy import Tenants, assignable, dump_tenants, parse_tenants
+
+
+def _tenants(who: Principal, values: list[str] | None) -> Tenants:
+    """The new principal's checked tenant set (422 if malformed), within the creator's."""
+    try:
+        tenants = parse_tenants(values)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    scoping.grant(who, tenants)
+    return tenants
+
 
 router = APIRouter(tags=["admin"])
 
 
 @router.get("/users")
 async def list_users(who: Admin, ctx: CtxDep) -> list[dict[str, Any]]:
-    """Every user and role."""
-    return await ctx.users.list()
+    """Every user, role and tenant set (a scoped admin: the users inside its tenants)."""
+    return [u for u in await ctx.users.list() if assignable(u, who.tenants)]
 
 
 @router.post("/users", status_code=201)
-async def create_user(body: UserIn, who: Admin, ctx: CtxDep) -> dict[str, str]:
-    """Create a user."""
+async def create_user(body: UserIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
+    """Create a user; ``tenants`` limits them to those tenants (none: platform-wide)."""
+    tenants = _tenants(who, body.tenants)
     try:
-        await ctx.users.create(body.username, body.password, Role.parse(body.role))
+        await ctx.users.create(body.username, body.password, Role.parse(body.role), tenants)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
-    await ctx.audit.record(who, "user.create", body.username, role=body.role)
-    return {"username": body.username, "role": body.role}
+    await ctx.audit.record(
+        who, "user.create", body.username, role=body.role, tenants=dump_tenants(tenants)
+    )
+    return {"username": body.username, "role": body.role, "tenants": dump_tenants(tenants)}
 
 
 @router.get("/api-keys")
 async def list_api_keys(who: Admin, ctx: CtxDep) -> list[dict[str, Any]]:
-    """Every API key (ids, names and roles; never the keys)."""
-    return await ctx.api_keys.list()
+    """Every API key (ids, names, roles and tenants; never the keys); a scoped admin:
+    the keys inside its tenants."""
+    return [k for k in await ctx.api_keys.list() if assignable(k, who.tenants)]
 
 
 @router.post("/api-keys", status_code=201)
 async def create_api_key(body: ApiKeyIn, who: Admin, ctx: CtxDep) -> ApiKeyCreated:
-    """Create an API key for a machine; the key is in this response only."""
+    """Create an API key for a machine; the key is in this response only. ``tenants``
+    limits it to those tenants (none: platform-wide)."""
+    tenants = _tenants(who, body.tenants)
     try:
-        key_id, key = await ctx.api_keys.create(body.name, Role.parse(body.role))
+        key_id, key = await ctx.api_keys.create(body.name, Role.parse(body.role), tenants)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
-    await ctx.audit.record(who, "api_key.create", key_id, name=body.name, role=body.role)
+    await ctx.audit.record(
+        who, "api_key.create", key_id, name=body.name, role=body.role, tenants=dump_tenants(tenants)
+    )
     return ApiKeyCreated(id=key_id, key=key)
 
 
 @router.delete("/api-keys/{key_id}")
 async def revoke_api_key(key_id: str, who: Admin, ctx: CtxDep) -> dict[str, bool]:
     """Revoke an API key."""
-    if not await ctx.api_keys.revoke(key_id):
+    if not await ctx.api_keys.revoke(key_id, within=who.tenants):
         raise HTTPException(404, "no such API key")
     await ctx.audit.record(who, "api_key.revoke", key_id)
     return {"ok": True}
@@ -59,4 +85,4 @@ async def revoke_api_key(key_id: str, who: Admin, ctx: CtxDep) -> dict[str, bool
 @router.get("/audit")
 async def audit_log(who: Admin, ctx: CtxDep, count: int = 200) -> list[dict[str, Any]]:
     """The newest audit entries."""
-    return await ctx.audit.recent(max(1, min(count, 5000)))
+    return await ctx.audit.recent(max(1, min(count, 5000)), who.tenants)

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dashboard import scoping
 from dashboard.deps import Admin, Analyst, Context, CtxDep
 from dashboard.masking import mask_text
 from detectors.bus.allowlist import (
@@ -65,6 +66,7 @@ def _now(ctx: Context) -> datetime:
 
 @router.get("/allowlist")
 async def list_entries(who: Analyst, ctx: CtxDep, tenant: TenantQ = "default") -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     entries, bad = await ctx.allowlist.entries(tenant)
     return {
         "tenant": tenant,
@@ -77,6 +79,7 @@ async def list_entries(who: Analyst, ctx: CtxDep, tenant: TenantQ = "default") -
 @router.post("/allowlist", status_code=201)
 async def add_entries(body: AllowlistIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Fingerprints from ``callshield allowlist add``: one entry per audio file."""
+    scoping.tenant(who, body.tenant)
     now = _now(ctx)
     try:
         entries = [
@@ -117,6 +120,7 @@ async def add_entries(body: AllowlistIn, who: Admin, ctx: CtxDep) -> dict[str, A
 async def remove_entry(
     entry_id: EntryP, who: Admin, ctx: CtxDep, tenant: TenantQ = "default"
 ) -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     if not await ctx.allowlist.remove(tenant, entry_id):
         raise HTTPException(404, "no such entry")
     await ctx.audit.record(who, "allowlist.remove", entry_id, tenant=tenant)
@@ -128,6 +132,7 @@ async def list_candidates(
     who: Analyst, ctx: CtxDep, tenant: TenantQ = "default", status: str = "proposed"
 ) -> dict[str, Any]:
     """Audio proposed by the bridges (``status=all`` includes rejected ones)."""
+    scoping.tenant(who, tenant)
     found, bad = await ctx.allowlist.candidates(tenant)
     shown = [c for c in found if status == "all" or c.status == status]
     return {"tenant": tenant, "candidates": [c.public() for c in shown], "unreadable": bad}
@@ -137,6 +142,7 @@ async def list_candidates(
 async def confirm_candidate(
     cand_id: CandidateP, body: ConfirmIn, who: Admin, ctx: CtxDep, tenant: TenantQ = "default"
 ) -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     cand = await ctx.allowlist.candidate(tenant, cand_id)
     if cand is None:
         raise HTTPException(404, "no such candidate")
@@ -168,6 +174,7 @@ async def confirm_candidate(
 async def reject_candidate(
     cand_id: CandidateP, who: Admin, ctx: CtxDep, tenant: TenantQ = "default"
 ) -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     cand = await ctx.allowlist.candidate(tenant, cand_id)
     if cand is None:
         raise HTTPException(404, "no such candidate")

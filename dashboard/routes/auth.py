@@ -7,6 +7,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from dashboard.auth import Session
 from dashboard.deps import Context, CtxDep, Viewer, client_address
 from dashboard.schemas import LoginIn, Me
+from dashboard.tenancy import dump_tenants
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
@@ -24,7 +25,8 @@ async def log_in(
     if role is None:
         raise HTTPException(401, "wrong username or password")
     await ctx.login_limit.reset("login-user", username)
-    session, cookie = await ctx.sessions.create(username, role)
+    tenants = await ctx.users.tenants(username)
+    session, cookie = await ctx.sessions.create(username, role, tenants)
     return session, cookie
 
 
@@ -46,7 +48,13 @@ async def login(body: LoginIn, request: Request, response: Response, ctx: CtxDep
     session cookie and returns the CSRF token for unsafe requests."""
     session, cookie = await log_in(ctx, request, body.username, body.password)
     set_session_cookie(ctx, response, cookie)
-    return Me(name=session.user, role=session.role.label, kind="session", csrf_token=session.csrf)
+    return Me(
+        name=session.user,
+        role=session.role.label,
+        kind="session",
+        csrf_token=session.csrf,
+        tenants=dump_tenants(session.tenants),
+    )
 
 
 @router.post("/logout")
@@ -67,4 +75,10 @@ async def logout(who: Viewer, response: Response, ctx: CtxDep) -> dict[str, bool
 @router.get("/me")
 async def me(who: Viewer) -> Me:
     """Who this session or API key is, and (for a session) its CSRF token."""
-    return Me(name=who.name, role=who.role.label, kind=who.kind, csrf_token=who.csrf)
+    return Me(
+        name=who.name,
+        role=who.role.label,
+        kind=who.kind,
+        csrf_token=who.csrf,
+        tenants=dump_tenants(who.tenants),
+    )

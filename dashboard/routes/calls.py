@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dashboard import scoping
 from dashboard.auth import Principal
 from dashboard.deps import Analyst, Context, CtxDep, Viewer
 from dashboard.masking import mask_text
@@ -20,6 +21,7 @@ from dashboard.schemas import (
     RevealedNumbers,
     RevealIn,
 )
+from dashboard.tenancy import narrow
 from dashboard.voice_related import related_calls
 from detectors.bus.biometrics import SUBJECT_PATTERN, CallUpdate, new_id
 
@@ -32,8 +34,10 @@ async def live_calls(
 ) -> list[CallPublic]:
     """Live calls, riskiest first, with the band and the dimension behind it. Filters:
     ``band``; ``queue`` and ``agent`` (exact, as a mid-call claim ``PATCH`` set them);
-    ``since``/``until`` (ISO 8601, a time zone or UTC) on the call's last event."""
-    return await ctx.store.live_calls(**filters.store_args())
+    ``since``/``until`` (ISO 8601, a time zone or UTC) on the call's last event;
+    ``tenant`` (within the principal's own tenants)."""
+    tenants = narrow(who.tenants, filters.tenant)
+    return await ctx.store.live_calls(**filters.store_args(), tenants=tenants)
 
 
 System = Annotated[
@@ -54,7 +58,7 @@ async def risk_by_external_id(
     IVR deciding mid-call, or an agent desktop showing the call it is on."""
     call_id = await ctx.store.call_by_external_id(system, external_id)
     risk = await ctx.store.call_risk(call_id) if call_id else None
-    if risk is None:
+    if risk is None or not who.sees(risk.tenant):
         raise HTTPException(404, "no call with that id (unknown, or its state expired)")
     return risk
 
@@ -73,6 +77,7 @@ class CallPatch(BaseModel):
 async def _update(call_id: str, body: CallPatch, who: Principal, ctx: Context) -> dict[str, Any]:
     if await ctx.biometrics.live_call(call_id) is None:
         raise HTTPException(404, "no live call with that id")
+    await scoping.call(ctx, who, call_id)
     try:
         update = CallUpdate(
             command_id=new_id("cu"),
@@ -112,24 +117,26 @@ async def update_call(call_id: str, body: CallPatch, who: Analyst, ctx: CtxDep) 
 async def risk(call_id: str, who: Viewer, ctx: CtxDep) -> CallRisk:
     """The risk of a call now: its highest band and each dimension's latest alert."""
     found = await ctx.store.call_risk(call_id)
-    if found is None:
+    if found is None or not who.sees(found.tenant):
         raise HTTPException(404, "no such call")
     return found
 
 
 @router.get("/{call_id}/related")
-async def related(call_id: str, who: Viewer, request: Request) -> list[RelatedCall]:
+async def related(call_id: str, who: Viewer, ctx: CtxDep, request: Request) -> list[RelatedCall]:
     """Other recent calls with this call's ANI hash (never the number), a watchlist
     entry it matched or the same voice (``voiceprint``: the kept speaker embeddings'
-    cosine), or the replay stage's match of their audio (``replay``)."""
-    return await related_calls(request, call_id)
+    cosine), or the replay stage's match of their audio (``replay``); only calls of
+    the principal's tenants."""
+    await scoping.call(ctx, who, call_id)
+    return await related_calls(request, call_id, who.tenants)
 
 
 @router.get("/{call_id}")
 async def call_detail(call_id: str, who: Viewer, ctx: CtxDep) -> CallDetail:
     """One call: its alerts and each dimension's score over time."""
     detail = await ctx.store.call_detail(call_id)
-    if detail is None:
+    if detail is None or not who.sees(detail.call.tenant):
         raise HTTPException(404, "no such call")
     return detail
 
@@ -137,6 +144,7 @@ async def call_detail(call_id: str, who: Viewer, ctx: CtxDep) -> CallDetail:
 @router.post("/{call_id}/reveal")
 async def reveal(call_id: str, body: RevealIn, who: Analyst, ctx: CtxDep) -> RevealedNumbers:
     """The call's phone numbers unmasked: an audited action, with a reason."""
+    await scoping.call(ctx, who, call_id)
     raw = await ctx.store.raw_numbers(call_id)
     if raw is None:
         raise HTTPException(404, "no such call")

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 
+from dashboard import scoping
 from dashboard.auth import Principal
 from dashboard.case_export import to_csv, to_json
 from dashboard.cases import (
@@ -26,7 +27,7 @@ from dashboard.cases import (
     check_link,
     new_case_id,
 )
-from dashboard.deps import Analyst, CtxDep, PageViewer, Viewer
+from dashboard.deps import Analyst, Context, CtxDep, PageViewer, Viewer
 from dashboard.masking import mask_text
 from dashboard.routes.evidence import DeskDep
 from dashboard.routes.pages import render
@@ -82,14 +83,17 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _get(store: CaseStore, case_id: str) -> Case:
+async def _get(store: CaseStore, case_id: str, who: Principal) -> Case:
+    """The case, or 404 (unknown, or of a tenant the principal does not see)."""
     case = await store.get(case_id)
-    if case is None:
+    if case is None or not who.sees(case.tenant):
         raise HTTPException(404, "no such case")
     return case
 
 
-async def _link(case: Case, body: LinkIn, facts: CallFacts, who: Principal) -> Case:
+async def _link(ctx: Context, case: Case, body: LinkIn, facts: CallFacts, who: Principal) -> Case:
+    """A tenant-scoped principal links only calls of its tenants (404 otherwise)."""
+    await scoping.call(ctx, who, body.call_id)
     if case.call(body.call_id) is not None:
         raise HTTPException(409, "the call is already in the case")
     call = await facts.call(body.call_id, body.link, mask_text(body.note), who.name)
@@ -113,6 +117,7 @@ async def list_cases(who: Viewer, store: StoreDep) -> list[dict[str, Any]]:
     return [
         c.model_dump(mode="json", exclude={"calls"}) | {"calls": len(c.calls)}
         for c in await store.list()
+        if who.sees(c.tenant)
     ]
 
 
@@ -120,6 +125,7 @@ async def list_cases(who: Viewer, store: StoreDep) -> list[dict[str, Any]]:
 async def create_case(
     body: CaseIn, who: Analyst, ctx: CtxDep, store: StoreDep, facts: FactsDep
 ) -> dict[str, Any]:
+    scoping.tenant(who, body.tenant)
     now = _now()
     case = Case(
         case_id=new_case_id(),
@@ -132,15 +138,17 @@ async def create_case(
         updated_at=now,
     )
     for link in body.calls:
-        case = await _link(case, link, facts, who)
+        case = await _link(ctx, case, link, facts, who)
     await _save(store, case, 0)
-    await ctx.audit.record(who, "case.create", case.case_id, calls=[c.call_id for c in case.calls])
+    await ctx.audit.record(
+        who, "case.create", case.case_id, calls=[c.call_id for c in case.calls], tenant=case.tenant
+    )
     return case.model_dump(mode="json")
 
 
 @router.get("/{case_id}")
 async def get_case(case_id: CaseId, who: Viewer, store: StoreDep) -> dict[str, Any]:
-    return (await _get(store, case_id)).model_dump(mode="json")
+    return (await _get(store, case_id, who)).model_dump(mode="json")
 
 
 @router.post("/{case_id}/calls")
@@ -149,13 +157,15 @@ async def link_call(
 ) -> dict[str, Any]:
     """Link a call: ``ani`` needs the call's ANI hash to equal one in the case,
     ``voiceprint`` the same matched watchlist entry; 409 with the reason otherwise."""
-    case = await _get(store, case_id)
-    linked = await _link(case, body, facts, who)
+    case = await _get(store, case_id, who)
+    linked = await _link(ctx, case, body, facts, who)
     linked = linked.model_copy(
         update={"version": case.version + 1, "updated_by": who.name, "updated_at": _now()}
     )
     await _save(store, linked, case.version)
-    await ctx.audit.record(who, "case.link", case_id, call_id=body.call_id, link=body.link.value)
+    await ctx.audit.record(
+        who, "case.link", case_id, call_id=body.call_id, link=body.link.value, tenant=case.tenant
+    )
     return linked.model_dump(mode="json")
 
 
@@ -163,7 +173,7 @@ async def link_call(
 async def unlink_call(
     case_id: CaseId, call_id: CallId, who: Analyst, ctx: CtxDep, store: StoreDep
 ) -> dict[str, Any]:
-    case = await _get(store, case_id)
+    case = await _get(store, case_id, who)
     if case.call(call_id) is None:
         raise HTTPException(404, "the call is not in the case")
     changed = case.model_copy(
@@ -175,7 +185,7 @@ async def unlink_call(
         }
     )
     await _save(store, changed, case.version)
-    await ctx.audit.record(who, "case.unlink", case_id, call_id=call_id)
+    await ctx.audit.record(who, "case.unlink", case_id, call_id=call_id, tenant=case.tenant)
     return changed.model_dump(mode="json")
 
 
@@ -184,7 +194,7 @@ async def update_case(
     case_id: CaseId, body: CasePatch, who: Analyst, ctx: CtxDep, store: StoreDep
 ) -> dict[str, Any]:
     """Title, disposition, loss amount and currency."""
-    case = await _get(store, case_id)
+    case = await _get(store, case_id, who)
     if body.version != case.version:
         raise HTTPException(409, f"the case is at version {case.version}: reload and retry")
     fields = body.model_dump(exclude_unset=True, exclude={"version"})
@@ -194,17 +204,22 @@ async def update_case(
         | {"version": case.version + 1, "updated_by": who.name, "updated_at": _now()}
     )
     await _save(store, changed, case.version)
-    await ctx.audit.record(who, "case.update", case_id, **{k: str(v) for k, v in fields.items()})
+    await ctx.audit.record(
+        who, "case.update", case_id, **{k: str(v) for k, v in fields.items()}, tenant=case.tenant
+    )
     return changed.model_dump(mode="json")
 
 
 @router.get("/{case_id}/suggestions")
 async def suggestions(
-    case_id: CaseId, who: Analyst, store: StoreDep, facts: FactsDep
+    case_id: CaseId, who: Analyst, ctx: CtxDep, store: StoreDep, facts: FactsDep
 ) -> list[dict[str, Any]]:
     """Recent calls that share an ANI hash or a matched voiceprint with the case, and
-    calls with replay alerts."""
-    return await facts.suggest(await _get(store, case_id))
+    calls with replay alerts (of the principal's tenants)."""
+    found = await facts.suggest(await _get(store, case_id, who))
+    if who.tenants is None:
+        return found
+    return [s for s in found if await ctx.store.call_tenant(str(s["call_id"])) in who.tenants]
 
 
 @router.get("/{case_id}/export")
@@ -218,9 +233,9 @@ async def export_case(
 ) -> Response:
     """The case with every call, alert reason and kept clip, in UTC and as offsets from
     the call's start (audited)."""
-    case = await _get(store, case_id)
+    case = await _get(store, case_id, who)
     clips = {c.call_id: (await desk.for_call(c.call_id)).items for c in case.calls}
-    await ctx.audit.record(who, "case.export", case_id, format=format)
+    await ctx.audit.record(who, "case.export", case_id, format=format, tenant=case.tenant)
     name = f"{case_id}.{format}"
     disposition = {"Content-Disposition": f'attachment; filename="{name}"'}
     if format == "csv":
@@ -233,7 +248,13 @@ async def export_case(
 
 @pages.get("/cases")
 async def cases_page(request: Request, who: PageViewer, store: StoreDep) -> Response:
-    return render(request, "cases.html", who, cases=await store.list(), page="cases")
+    return render(
+        request,
+        "cases.html",
+        who,
+        cases=[c for c in await store.list() if who.sees(c.tenant)],
+        page="cases",
+    )
 
 
 @pages.get("/cases/{case_id}")
@@ -241,7 +262,7 @@ async def case_page(
     request: Request, case_id: CaseId, who: PageViewer, store: StoreDep
 ) -> Response:
     case = await store.get(case_id)
-    if case is None:
+    if case is None or not who.sees(case.tenant):
         return render(request, "error.html", who, 404, message="No such case.")
     return render(
         request, "case.html", who, case=case, dispositions=list(Disposition), page="cases"

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard import scoping
 from dashboard.deps import Admin, Analyst, Context, CtxDep
 from dashboard.enrolments import find, list_enrolments, mask_account, row
 from detectors.bus.biometrics import TENANT_PATTERN
@@ -43,6 +44,7 @@ async def listing(ctx: Context, tenant: str) -> dict[str, Any]:
 async def list_all(who: Analyst, ctx: CtxDep, tenant: TenantQ = "default") -> dict[str, Any]:
     """The tenant's enrolments: reference, masked account id, consent reference
     (masked), model, who added it, when, expiry; never the voiceprint."""
+    scoping.tenant(who, tenant)
     return await listing(ctx, tenant)
 
 
@@ -50,6 +52,7 @@ async def list_all(who: Analyst, ctx: CtxDep, tenant: TenantQ = "default") -> di
 async def expire(ref: RefP, body: ExpireIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Brings the expiry forward to ``in_days`` from now (0: now); never extends it
     (consent does not grow): 409 if the enrolment already expires sooner."""
+    scoping.tenant(who, body.tenant)
     found = await find(ctx.store.redis, ctx.store.keys, body.tenant, ref)
     if found is None:
         raise HTTPException(404, "no such enrolment")
@@ -66,6 +69,7 @@ async def expire(ref: RefP, body: ExpireIn, who: Admin, ctx: CtxDep) -> dict[str
 
 @router.delete("/by-ref/{ref}")
 async def remove(ref: RefP, who: Admin, ctx: CtxDep, tenant: TenantQ = "default") -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     found = await find(ctx.store.redis, ctx.store.keys, tenant, ref)
     if found is None or not await ctx.biometrics.remove_enrolment(tenant, found.subject):
         raise HTTPException(404, "no such enrolment")

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 
+from dashboard import scoping
 from dashboard.deps import Admin, Analyst, CtxDep
 from dashboard.evidence import EvidenceDesk, EvidenceUnavailableError
 from dashboard.masking import mask_text
@@ -38,9 +39,12 @@ class HoldIn(BaseModel):
 
 
 @router.get("/calls/{call_id}")
-async def call_evidence(call_id: CallId, who: Analyst, desk: DeskDep) -> dict[str, Any]:
+async def call_evidence(
+    call_id: CallId, who: Analyst, ctx: CtxDep, desk: DeskDep
+) -> dict[str, Any]:
     """What the call kept (times in UTC and as offsets from its start, expiry, hold)
     and what already expired; never the content."""
+    await scoping.call(ctx, who, call_id)
     found = await desk.for_call(call_id)
     return {
         "call_id": call_id,
@@ -56,6 +60,7 @@ async def play_clip(
     call_id: CallId, alert_id: AlertId, who: Analyst, ctx: CtxDep, desk: DeskDep
 ) -> Response:
     """The external leg's audio around the alert, as WAV (reviewers; audited)."""
+    await scoping.call(ctx, who, call_id)
     if not await desk.may_review(who):
         raise HTTPException(403, "needs the evidence reviewer permission (an admin grants it)")
     try:
@@ -85,6 +90,7 @@ async def set_hold(
     call_id: CallId, body: HoldIn, who: Admin, ctx: CtxDep, desk: DeskDep
 ) -> dict[str, Any]:
     """Legal hold: the call's evidence stops expiring until the hold is lifted."""
+    await scoping.call(ctx, who, call_id)
     if not await desk.reader.receipts(call_id):
         raise HTTPException(404, "no evidence was kept for that call")
     held = await desk.hold(call_id, who.name, mask_text(body.reason))
@@ -97,6 +103,7 @@ async def set_hold(
 @router.delete("/calls/{call_id}/hold")
 async def lift_hold(call_id: CallId, who: Admin, ctx: CtxDep, desk: DeskDep) -> dict[str, Any]:
     """Lift the hold: each record expires at its own time again (now, if past)."""
+    await scoping.call(ctx, who, call_id)
     if not await desk.release(call_id):
         raise HTTPException(404, "that call's evidence is not on hold")
     await ctx.audit.record(who, "evidence.release", call_id)
@@ -105,12 +112,14 @@ async def lift_hold(call_id: CallId, who: Admin, ctx: CtxDep, desk: DeskDep) -> 
 
 @router.get("/reviewers")
 async def list_reviewers(who: Admin, desk: DeskDep) -> dict[str, Any]:
+    scoping.platform(who)
     return await desk.reviewers()
 
 
 @router.put("/reviewers/{name}")
 async def grant_reviewer(name: Name, who: Admin, ctx: CtxDep, desk: DeskDep) -> dict[str, str]:
-    """Let an analyst (user or API-key name) play evidence clips."""
+    """Let an analyst (user or API-key name) play evidence clips (platform-wide admins)."""
+    scoping.platform(who)
     await desk.grant(name, who.name)
     await ctx.audit.record(who, "evidence.reviewer_grant", name)
     return {"reviewer": name}
@@ -118,6 +127,7 @@ async def grant_reviewer(name: Name, who: Admin, ctx: CtxDep, desk: DeskDep) -> 
 
 @router.delete("/reviewers/{name}")
 async def revoke_reviewer(name: Name, who: Admin, ctx: CtxDep, desk: DeskDep) -> dict[str, str]:
+    scoping.platform(who)
     if not await desk.revoke(name):
         raise HTTPException(404, "not a reviewer")
     await ctx.audit.record(who, "evidence.reviewer_revoke", name)

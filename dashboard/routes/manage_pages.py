@@ -15,6 +15,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from dashboard import scoping
+from dashboard.auth import Principal
 from dashboard.deps import CtxDep, PageAdmin, PageAnalyst
 from dashboard.routes import enrolments, watchlist, webhooks
 from dashboard.routes.pages import render
@@ -34,14 +36,24 @@ def when(value: float | str | None) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _tenant(who: Principal, asked: str | None) -> str:
+    """The tenant a page shows: the one asked for, else a single-tenant principal's
+    own, else ``default``."""
+    if asked is not None:
+        return asked
+    if who.tenants is not None and len(who.tenants) == 1:
+        return next(iter(who.tenants))
+    return "default"
+
+
 @router.get("/watchlist")
 async def watchlist_page(
     request: Request,
     who: PageAnalyst,
     ctx: CtxDep,
-    tenant: Annotated[str, Query(pattern=TENANT_PATTERN)] = "default",
+    tenant: Annotated[str | None, Query(pattern=TENANT_PATTERN)] = None,
 ) -> Response:
-    listed = await watchlist.list_entries(who, ctx, tenant)
+    listed = await watchlist.list_entries(who, ctx, _tenant(who, tenant))
     return render(
         request,
         "watchlist.html",
@@ -58,9 +70,9 @@ async def enrolments_page(
     request: Request,
     who: PageAnalyst,
     ctx: CtxDep,
-    tenant: Annotated[str, Query(pattern=TENANT_PATTERN)] = "default",
+    tenant: Annotated[str | None, Query(pattern=TENANT_PATTERN)] = None,
 ) -> Response:
-    listed = await enrolments.listing(ctx, tenant)
+    listed = await enrolments.listing(ctx, scoping.tenant(who, _tenant(who, tenant)))
     return render(request, "enrolments.html", who, listed=listed, when=when, page="enrolments")
 
 

@@ -24,9 +24,10 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from dashboard.deps import Context, CtxDep, client_address
-from dashboard.oidc import LoginStates, map_role, username
+from dashboard.oidc import LoginStates, map_role, map_tenants, username
 from dashboard.oidc_tokens import OidcError
 from dashboard.routes.auth import set_session_cookie
+from dashboard.tenancy import label
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/auth/oidc", tags=["auth"], include_in_schema=False)
@@ -111,13 +112,17 @@ async def oidc_callback(
     role = map_role(claims, cfg.role_claim, cfg.role_map)
     if role is None:
         return await _refuse(ctx, request, f"no {cfg.role_claim} value maps to a role", name)
-    _, session_cookie = await ctx.sessions.create(name, role)
+    tenants, why = map_tenants(claims, cfg.tenant_claim)
+    if why:
+        return await _refuse(ctx, request, why, name)
+    _, session_cookie = await ctx.sessions.create(name, role, tenants)
     await ctx.audit.record_as(
         name,
         role.label,
         "oidc",
         "auth.login",
         name,
+        audit_tenant=label(tenants),
         issuer=cfg.issuer,
         sub_sha256=hashlib.sha256(str(claims["sub"]).encode()).hexdigest()[:32],
         address=client_address(request),

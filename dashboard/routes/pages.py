@@ -17,6 +17,7 @@ from dashboard.deps import CtxDep, PageAdmin, PageViewer
 from dashboard.evidence import evidence_view
 from dashboard.routes.auth import log_in, set_session_cookie
 from dashboard.schemas import CallFilters
+from dashboard.tenancy import assignable, narrow
 from dashboard.voice_related import related_calls
 from detectors.alert_schema import Band
 
@@ -103,7 +104,8 @@ async def logout_form(who: PageViewer, ctx: CtxDep) -> Response:
 async def calls_page(
     request: Request, who: PageViewer, ctx: CtxDep, filters: Annotated[CallFilters, Query()]
 ) -> Response:
-    calls = await ctx.store.live_calls(**filters.store_args())
+    tenants = narrow(who.tenants, filters.tenant)
+    calls = await ctx.store.live_calls(**filters.store_args(), tenants=tenants)
     return render(
         request,
         "calls.html",
@@ -123,10 +125,12 @@ async def alerts_page(
     ctx: CtxDep,
     status: str | None = None,
     band: Band | None = None,
+    tenant: Annotated[str | None, Query(pattern=r"^([a-z0-9][a-z0-9_-]{0,31})?$")] = None,
 ) -> Response:
     status = status if status in ("new", "acknowledged") else None
-    alerts = await ctx.store.alerts(status=status, band=band)
-    users = [u["username"] for u in await ctx.users.list()]
+    tenant = tenant or None
+    alerts = await ctx.store.alerts(status=status, band=band, tenants=narrow(who.tenants, tenant))
+    users = [u["username"] for u in await ctx.users.list() if assignable(u, who.tenants)]
     return render(
         request,
         "alerts.html",
@@ -135,6 +139,7 @@ async def alerts_page(
         users=users,
         status=status,
         band=band,
+        tenant=tenant,
         page="alerts",
         coverage_degraded=await ctx.store.coverage_degraded(),
     )
@@ -143,7 +148,7 @@ async def alerts_page(
 @router.get("/calls/{call_id}")
 async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep) -> Response:
     detail = await ctx.store.call_detail(call_id)
-    if detail is None:
+    if detail is None or not who.sees(detail.call.tenant):
         return render(request, "error.html", who, 404, message="No such call.")
     threshold = max((a.threshold for a in detail.alerts), default=None)
     comments = {a.alert_id: await ctx.store.comments(a.alert_id) for a in detail.alerts}
@@ -155,7 +160,7 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
         chart=chart.build(detail.timeline, threshold),
         comments=comments,
         evidence=await evidence_view(request, call_id, who),
-        related=await related_calls(request, call_id),
+        related=await related_calls(request, call_id, who.tenants),
         two_person=ctx.settings.watchlist_two_person,
         page="calls",
     )
@@ -177,7 +182,9 @@ async def system_page(request: Request, who: PageViewer, ctx: CtxDep) -> Respons
 
 @router.get("/audit")
 async def audit_page(request: Request, who: PageAdmin, ctx: CtxDep) -> Response:
-    return render(request, "audit.html", who, entries=await ctx.audit.recent(200), page="audit")
+    return render(
+        request, "audit.html", who, entries=await ctx.audit.recent(200, who.tenants), page="audit"
+    )
 
 
 @router.get("/api/v1/docs")

@@ -5,6 +5,12 @@ A small admin page (``/policy``) does the same with forms.
 
 Bad input is refused with 422 and a reason (``detectors.bus.policy`` validates: scopes,
 N-of-M, thresholds, early media); an edit based on an older version is refused with 409.
+
+Tenants: a tenant-scoped principal reads the policy with only its tenants' sections
+(``tenants``; the platform defaults it runs under stay visible) and, as an admin,
+changes only those: its edit's ``tenants`` replace its own sections, other tenants'
+sections are kept as stored, a section of another tenant is 404 and a change to the
+platform-wide rules 403. The what-if replays every tenant's scores: platform-wide only.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dashboard import scoping
 from dashboard.auth import Principal
 from dashboard.deps import Admin, Analyst, Context, CtxDep, PageAdmin
+from dashboard.tenancy import label
 from detectors.bus.calibration import Dataset, Unlabelled
 from detectors.bus.calibration_load import load_async
 from detectors.bus.policy import Policy, PolicyBody
@@ -51,19 +59,46 @@ async def _current(ctx: Context) -> Policy:
         raise HTTPException(409, f"the stored policy is unusable: {exc}") from None
 
 
+def _visible(policy: PolicyBody, who: Principal) -> dict[str, Any]:
+    """The policy as this principal may read it (its tenants' sections only)."""
+    data = policy.model_dump(mode="json")
+    if who.tenants is not None:
+        data["tenants"] = {t: v for t, v in data["tenants"].items() if t in who.tenants}
+    return data
+
+
+def _scoped(who: Principal, before: Policy, body: PolicyIn) -> PolicyIn:
+    """A tenant-scoped admin's edit merged into the stored policy: only its sections."""
+    if who.tenants is None:
+        return body
+    for name in body.policy.tenants:
+        scoping.tenant(who, name)
+    mine = body.policy.model_dump(exclude={"tenants"})
+    if mine != before.body().model_dump(exclude={"tenants"}):
+        raise HTTPException(
+            403, "a tenant-scoped admin changes only its tenants' sections (tenants.<name>)"
+        )
+    kept = {t: v for t, v in before.tenants.items() if t not in who.tenants}
+    merged = before.body().model_copy(update={"tenants": {**kept, **body.policy.tenants}})
+    return body.model_copy(update={"policy": PolicyBody.model_validate(merged.model_dump())})
+
+
 async def _apply(ctx: Context, who: Principal, body: PolicyIn) -> Policy:
     before = await _current(ctx)
+    body = _scoped(who, before, body)
     try:
         after = await ctx.policy.apply(body.policy, body.base_version)
     except PolicyConflictError as exc:
         raise HTTPException(409, str(exc)) from None
+    scope = {} if who.tenants is None else {"tenant": label(who.tenants)}
     await ctx.audit.record(
         who,
         "policy.update",
         after.version,
         before_version=before.version,
-        before=before.body().model_dump(mode="json"),
-        after=body.policy.model_dump(mode="json"),
+        before=_visible(before.body(), who),
+        after=_visible(body.policy, who),
+        **scope,
     )
     return after
 
@@ -90,21 +125,27 @@ async def _what_if(ctx: Context, body: WhatIfIn) -> dict[str, Any]:
 
 @router.get("/policy")
 async def get_policy(who: Analyst, ctx: CtxDep) -> dict[str, Any]:
-    """The policy bridges run (the built-in one while none is stored)."""
-    return (await _current(ctx)).model_dump(mode="json")
+    """The policy bridges run (the built-in one while none is stored); a tenant-scoped
+    principal sees its tenants' sections only."""
+    current = await _current(ctx)
+    return _visible(current, who) | {"version": current.version}
 
 
 @router.put("/policy")
 async def put_policy(body: PolicyIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Store a new policy: the next version; bridges swap it in within a second.
-    ``base_version``: the version the edit started from (409 if it moved)."""
-    return (await _apply(ctx, who, body)).model_dump(mode="json")
+    ``base_version``: the version the edit started from (409 if it moved). A
+    tenant-scoped admin changes only its tenants' sections."""
+    after = await _apply(ctx, who, body)
+    return _visible(after, who) | {"version": after.version}
 
 
 @router.post("/policy/what-if")
 async def what_if(body: WhatIfIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """The current and the proposed policy replayed over the last ``days`` of stored
-    scores: false alerts per 1,000 genuine calls and hits on labelled fraud."""
+    scores: false alerts per 1,000 genuine calls and hits on labelled fraud
+    (platform-wide admins: it reads every tenant's scores)."""
+    scoping.platform(who)
     return await _what_if(ctx, body)
 
 
@@ -117,7 +158,7 @@ def _page(
     from dashboard.routes.pages import render
 
     text = extra.pop("text", None) or json.dumps(
-        current.body().model_dump(mode="json"), indent=2, sort_keys=True
+        _visible(current.body(), who), indent=2, sort_keys=True
     )
     return render(
         request, "policy.html", who, code, page="policy", current=current, text=text, **extra
@@ -155,6 +196,9 @@ async def policy_what_if_form(
         body = _parse(policy)
     except ValueError as exc:
         return _page(request, ctx, who, current, 422, text=policy, error=str(exc))
+    if who.tenants is not None:
+        error = "the what-if reads every tenant's scores: platform-wide admins only"
+        return _page(request, ctx, who, current, 403, text=policy, error=error)
     result = await _what_if(ctx, WhatIfIn(policy=body, days=days))
     return _page(request, ctx, who, current, text=policy, result=result)
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard import scoping
 from dashboard.deps import Admin, CtxDep
 from dashboard.masking import mask_text
 from detectors.bus.erasure import SubjectEraser
@@ -37,7 +38,8 @@ async def erase_subject(
     ref: RefP, body: ErasureIn, who: Admin, request: Request, ctx: CtxDep
 ) -> dict[str, Any]:
     """Erase enrolments, watchlist entries, claims, fingerprints and kept evidence of
-    ``ref`` (a subject or case reference) in every tenant."""
+    ``ref`` (a subject or case reference) in every tenant (platform-wide admins)."""
+    scoping.platform(who)
     eraser: SubjectEraser = request.app.state.eraser
     desk = getattr(request.app.state, "evidence", None)
 

@@ -61,7 +61,7 @@ async def live(websocket: WebSocket) -> None:
         await websocket.close(code=1008)
         return
     await websocket.accept()
-    client = ctx.hub.connect()
+    client = ctx.hub.connect(who.tenants)
     tasks = (
         asyncio.ensure_future(_send(websocket, client)),
         asyncio.ensure_future(_until_disconnect(websocket)),

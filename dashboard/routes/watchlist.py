@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dashboard import scoping
 from dashboard.deps import Analyst, Context, CtxDep
 from dashboard.evidence import EvidenceUnavailableError
 from dashboard.masking import mask_text
@@ -97,6 +98,7 @@ async def _expire(ctx: Context, who: Any, tenant: str) -> None:
 @router.get("/watchlist")
 async def list_entries(who: Analyst, ctx: CtxDep, tenant: TenantQ = "default") -> dict[str, Any]:
     """The tenant's entries without their voiceprints (expired ones are deleted first)."""
+    scoping.tenant(who, tenant)
     await _expire(ctx, who, tenant)
     entries, bad = await ctx.biometrics.entries(tenant)
     return {
@@ -111,6 +113,9 @@ async def list_entries(who: Analyst, ctx: CtxDep, tenant: TenantQ = "default") -
 async def add_entry(body: WatchlistIn, who: Analyst, ctx: CtxDep, desk: DeskDep) -> dict[str, Any]:
     """List a fraudster's voice: legal basis, case reference and expiry required. The
     voice comes from a voiceprint file or from a call whose embedding was kept."""
+    scoping.tenant(who, body.tenant)
+    if body.call_id is not None:
+        await scoping.call(ctx, who, body.call_id)
     vp = await _voiceprint(body, desk)
     now = _now(ctx)
     try:
@@ -152,6 +157,7 @@ async def remove_entry(
     ctx: CtxDep,
     tenant: TenantQ = "default",
 ) -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     if not await ctx.biometrics.remove_entries(tenant, [entry_id]):
         raise HTTPException(404, "no such entry")
     await ctx.audit.record(who, "watchlist.remove", entry_id, tenant=tenant)
@@ -161,6 +167,7 @@ async def remove_entry(
 @router.put("/enrolments/{subject}")
 async def enrol(subject: SubjectP, body: EnrolmentIn, who: Analyst, ctx: CtxDep) -> dict[str, Any]:
     """A customer's voiceprint under their subject (account) reference; needs consent."""
+    scoping.tenant(who, body.tenant)
     now = _now(ctx)
     expires = now + timedelta(days=body.expires_in_days) if body.expires_in_days else None
     try:
@@ -190,6 +197,7 @@ async def enrol(subject: SubjectP, body: EnrolmentIn, who: Analyst, ctx: CtxDep)
 async def get_enrolment(
     subject: SubjectP, who: Analyst, ctx: CtxDep, tenant: TenantQ = "default"
 ) -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     found = await ctx.biometrics.enrolment(tenant, subject)
     if found is None:
         raise HTTPException(404, "no enrolment for that subject")
@@ -200,6 +208,7 @@ async def get_enrolment(
 async def remove_enrolment(
     subject: SubjectP, who: Analyst, ctx: CtxDep, tenant: TenantQ = "default"
 ) -> dict[str, Any]:
+    scoping.tenant(who, tenant)
     if not await ctx.biometrics.remove_enrolment(tenant, subject):
         raise HTTPException(404, "no enrolment for that subject")
     await ctx.audit.record(who, "enrolment.remove", mask_text(subject), tenant=tenant)

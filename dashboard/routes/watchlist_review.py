@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard import scoping
 from dashboard.deps import Analyst, CtxDep
 from dashboard.masking import mask_text
 from detectors.bus.biometrics import TENANT_PATTERN
@@ -36,6 +37,7 @@ async def approve_entry(
     entry_id: EntryP, who: Analyst, ctx: CtxDep, tenant: TenantQ = "default"
 ) -> dict[str, Any]:
     """The second analyst's approval: the entry becomes active and the bridges load it."""
+    scoping.tenant(who, tenant)
     if await ctx.biometrics.entry(tenant, entry_id) is None:
         raise HTTPException(404, "no such entry")
     if who.kind != "session":
@@ -64,6 +66,7 @@ async def reject_entry(
     tenant: TenantQ = "default",
 ) -> dict[str, Any]:
     """Refuse a pending entry: it is deleted (an active one is removed, not rejected)."""
+    scoping.tenant(who, tenant)
     entry = await ctx.biometrics.entry(tenant, entry_id)
     if entry is None:
         raise HTTPException(404, "no such entry")

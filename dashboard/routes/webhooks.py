@@ -3,7 +3,9 @@ add, enable/disable, rotate the secret, delete, the dead letters and their repla
 
 Admin only: an endpoint receives every alert it subscribes to (callers' external ids
 included), so creating or pointing one is an administrator's act, and every change is
-audited. A secret is in the response that creates it (or rotates it) only; the stored
+audited. Platform-wide admins only (an endpoint and the dead letters span tenants); an
+endpoint's ``tenants`` filter limits it to those tenants' alerts. A secret is in the
+response that creates it (or rotates it) only; the stored
 ones are encrypted with the dispatcher's key, which this process needs only to create
 or rotate (503 without it). The records, checks and the replay are the dispatcher's own
 (``detectors.bus.webhooks.admin``).
@@ -17,8 +19,10 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from dashboard import scoping
 from dashboard.deps import Admin, CtxDep
 from dashboard.masking import mask_text
+from detectors.bus.biometrics import TENANT_PATTERN
 from detectors.bus.webhooks.admin import EndpointHealth, NoKeyError, public
 from detectors.bus.webhooks.payload import EVENT_TYPES
 
@@ -36,6 +40,10 @@ class EndpointIn(BaseModel):
         default_factory=list, max_length=16
     )
     allow_private: bool = False
+    # only these tenants' alerts (no system events then); empty: every tenant's
+    tenants: list[Annotated[str, Field(pattern=TENANT_PATTERN)]] = Field(
+        default_factory=list, max_length=64
+    )
 
 
 class DisableIn(BaseModel):
@@ -61,6 +69,7 @@ def _host(url: str) -> str:
 async def list_endpoints(who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Every endpoint (no secrets) with its delivery health: queues waiting, parked
     (disabled) and dead-lettered, recent successes and failures, the newest attempt."""
+    scoping.platform(who)
     health = await ctx.webhooks.health()
     endpoints = []
     for ep in await ctx.webhooks.endpoints():
@@ -78,9 +87,10 @@ async def list_endpoints(who: Admin, ctx: CtxDep) -> dict[str, Any]:
 async def add_endpoint(body: EndpointIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Add an endpoint (the URL is checked against SSRF); its signing secret is in this
     response only."""
+    scoping.platform(who)
     try:
         endpoint, secret = await ctx.webhooks.add(
-            body.url, tuple(body.event_types), body.allow_private
+            body.url, tuple(body.event_types), body.allow_private, tuple(body.tenants)
         )
     except NoKeyError as exc:
         raise HTTPException(503, str(exc)) from None
@@ -93,6 +103,7 @@ async def add_endpoint(body: EndpointIn, who: Admin, ctx: CtxDep) -> dict[str, A
         host=_host(endpoint.url),
         event_types=list(endpoint.event_types),
         allow_private=endpoint.allow_private,
+        tenants=list(endpoint.tenants),
     )
     return {"endpoint": public(endpoint), "secret": secret}
 
@@ -100,6 +111,7 @@ async def add_endpoint(body: EndpointIn, who: Admin, ctx: CtxDep) -> dict[str, A
 @router.post("/{endpoint_id}/enable")
 async def enable(endpoint_id: EndpointId, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Enable an endpoint; the deliveries parked while it was disabled resume."""
+    scoping.platform(who)
     endpoint = await ctx.webhooks.set_enabled(endpoint_id, True, "")
     if endpoint is None:
         raise HTTPException(404, "no such endpoint")
@@ -113,6 +125,7 @@ async def disable(
 ) -> dict[str, Any]:
     """Disable an endpoint: deliveries already queued for it are parked (they resume
     when it is enabled); events that arrive while it is disabled are not queued for it."""
+    scoping.platform(who)
     reason = (body or DisableIn()).reason
     endpoint = await ctx.webhooks.set_enabled(endpoint_id, False, reason)
     if endpoint is None:
@@ -127,6 +140,7 @@ async def rotate(
 ) -> dict[str, Any]:
     """A new signing secret (in this response only); the previous one also signs for
     the overlap, so the receiver can switch without losing a delivery."""
+    scoping.platform(who)
     overlap_h = (body or RotateIn()).overlap_hours
     try:
         secret = await ctx.webhooks.rotate(endpoint_id, overlap_h * 3600.0)
@@ -141,6 +155,7 @@ async def rotate(
 @router.delete("/{endpoint_id}")
 async def delete(endpoint_id: EndpointId, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Delete an endpoint; what is still queued for it is dead-lettered at its next try."""
+    scoping.platform(who)
     if not await ctx.webhooks.delete(endpoint_id):
         raise HTTPException(404, "no such endpoint")
     await ctx.audit.record(who, "webhook.delete", endpoint_id)
@@ -155,6 +170,7 @@ async def dead_letters(
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> list[dict[str, Any]]:
     """Dead-lettered deliveries, newest first (never their payload)."""
+    scoping.platform(who)
     found = await ctx.webhooks.dead_letters(endpoint, limit)
     for d in found:
         d["call_key"] = mask_text(d["call_key"])
@@ -167,6 +183,7 @@ async def replay(
     endpoint_id: EndpointId, event_id: EventId, who: Admin, ctx: CtxDep
 ) -> dict[str, Any]:
     """Deliver a dead-lettered (or delivered) event again, in its call's order."""
+    scoping.platform(who)
     result = await ctx.webhooks.replay(endpoint_id, event_id)
     if result == 0:
         raise HTTPException(404, "no such delivery")

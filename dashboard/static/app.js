@@ -48,7 +48,10 @@
   const alertRows = new Map();
   if (alertBody) for (const r of alertBody.querySelectorAll("tr[data-alert-id]")) alertRows.set(r.dataset.alertId, r);
   const alertCount = document.getElementById("alert-count");
+  // the page's tenant filter (the server sends a scoped session only its own tenants')
+  const alertTenant = alertBody ? alertBody.parentNode.dataset.tenant : "";
   function upsertAlert(a) {
+    if (alertTenant && a.tenant !== alertTenant) return;
     let row = alertRows.get(a.alert_id);
     if (!row) {
       const empty = alertBody.querySelector("tr.empty"); if (empty) empty.remove();
@@ -59,7 +62,7 @@
     const link = document.createElement("a");
     link.href = "/calls/" + encodeURIComponent(a.call_id); link.textContent = a.call_id;
     cell(row, "band", badge(a.band)); cell(row, "dimension", text(a.dimension));
-    cell(row, "score", a.score.toFixed(2)); cell(row, "call", link);
+    cell(row, "score", a.score.toFixed(2)); cell(row, "call", link); cell(row, "tenant", a.tenant);
     cell(row, "updated", new Date(a.updated_at).toLocaleTimeString([], { hour12: false }));
     fillTriage(row, a.triage);
     if (row.parentNode !== alertBody) alertBody.prepend(row); // filled before it is shown
@@ -88,7 +91,7 @@
       if (flashing.size === 0) { clearInterval(sweep); sweep = null; }
     }, 250);
   }
-  const CELLS = [["band"], ["dimension"], ["score", "num"], ["call"], ["updated", "mono"], ["status"], ["assignee"], ["label"]];
+  const CELLS = [["band"], ["dimension"], ["score", "num"], ["call"], ["tenant", "tenant"], ["updated", "mono"], ["status"], ["assignee"], ["label"]];
   function buildRow() {
     const row = document.createElement("tr");
     for (const [f, cls] of CELLS) {
@@ -171,8 +174,8 @@
       for (const c of calls) {
         const row = document.createElement("tr"); row.dataset.callId = c.call_id;
         const link = document.createElement("a"); link.href = "/calls/" + encodeURIComponent(c.call_id); link.textContent = c.call_id;
-        const values = [badge(c.band), text(c.dimension), c.score == null ? "—" : c.score.toFixed(2), link, c.ani || "—", c.state, c.queue || "—", c.agent_id || "—", String(c.alerts)];
-        values.forEach((v, i) => { const td = document.createElement("td"); if (v instanceof Node) td.append(v); else td.textContent = v; if (i === 2 || i === 8) td.className = "num"; if (i === 4) td.className = "mono"; row.append(td); });
+        const values = [badge(c.band), text(c.dimension), c.score == null ? "—" : c.score.toFixed(2), link, c.tenant, c.ani || "—", c.state, c.queue || "—", c.agent_id || "—", String(c.alerts)];
+        values.forEach((v, i) => { const td = document.createElement("td"); if (v instanceof Node) td.append(v); else td.textContent = v; if (i === 2 || i === 9) td.className = "num"; if (i === 4) td.className = "tenant"; if (i === 5) td.className = "mono"; row.append(td); });
         rows.push(row);
       }
       callBody.replaceChildren(...rows);

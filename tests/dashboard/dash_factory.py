@@ -35,6 +35,7 @@ def make_alert(
     band: Band = Band.HIGH,
     score: float = 0.93,
     revision: int = 1,
+    tenant: str = "default",
 ) -> Alert:
     return Alert(
         alert_id=alert_id_for(call_id, dimension, 0),
@@ -55,6 +56,7 @@ def make_alert(
         policy_version="p1",
         model_versions={"aasist": "1.0"},
         provider="CPUExecutionProvider",
+        tenant=tenant,
     )
 
 
@@ -69,6 +71,7 @@ def start_call(
     at: datetime = T0,
     ani: str = ANI,
     identity: CallerIdentityInfo | None = None,
+    tenant: str = "default",
 ) -> None:
     numbers = VAULT.seal(call_id, ani, DNIS)  # as the bridge seals them
     event = CallEvent(
@@ -78,6 +81,7 @@ def start_call(
         external_ids={"twilio_from": ani, "asterisk_linkedid": "1764504000.42"},
         numbers=numbers,
         identity=identity,
+        tenant=tenant,
     )
     payload = event.model_dump_json()
     r.xadd(KEYS.events, {"kind": "call_event", "json": payload})

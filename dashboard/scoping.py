@@ -1,0 +1,55 @@
+"""The routes' tenant checks (``dashboard.tenancy`` says what a tenant set is).
+
+An object of a tenant the principal does not see answers 404, exactly as an unknown
+one does: a tenant-scoped principal learns nothing of other tenants' calls, alerts or
+entries, not even that they exist. Acts that span every tenant (webhooks, subject
+erasure, evidence reviewers, the what-if replay, cases, nodes) need a platform-wide
+principal: 403.
+"""
+
+from __future__ import annotations
+
+from fastapi import HTTPException
+
+from dashboard.auth import Principal
+from dashboard.deps import Context
+from dashboard.tenancy import Tenants, inside
+from detectors.alert_schema import Alert
+
+
+def tenant(who: Principal, name: str) -> str:
+    """``name`` when the principal sees that tenant, else 404."""
+    if not who.sees(name):
+        raise HTTPException(404, "no such tenant")
+    return name
+
+
+async def call(ctx: Context, who: Principal, call_id: str) -> None:
+    """404 unless the principal sees the call's tenant (a call of no known tenant is
+    seen only platform-wide)."""
+    if who.tenants is None:
+        return
+    found = await ctx.store.call_tenant(call_id)
+    if found is None or found not in who.tenants:
+        raise HTTPException(404, "no such call")
+
+
+def alert(who: Principal, found: Alert | None) -> Alert:
+    if found is None or not who.sees(found.tenant):
+        raise HTTPException(404, "no such alert")
+    return found
+
+
+def platform(who: Principal) -> None:
+    """403 unless platform-wide."""
+    if who.tenants is not None:
+        raise HTTPException(403, "needs a platform-wide principal (this one is tenant-scoped)")
+
+
+def grant(who: Principal, tenants: Tenants) -> None:
+    """A principal may create another only within its own tenants: a platform-wide one
+    only a platform-wide admin may create."""
+    if not inside(tenants, who.tenants):
+        raise HTTPException(
+            403, "a tenant-scoped admin may create principals only within its own tenants"
+        )
