@@ -94,6 +94,9 @@ async def _get(store: CaseStore, case_id: str, who: Principal) -> Case:
 async def _link(ctx: Context, case: Case, body: LinkIn, facts: CallFacts, who: Principal) -> Case:
     """A tenant-scoped principal links only calls of its tenants (404 otherwise)."""
     await scoping.call(ctx, who, body.call_id)
+    tenant = await ctx.store.call_tenant(body.call_id)
+    if tenant is not None and tenant != case.tenant:
+        raise HTTPException(409, f"the call is of another tenant than the case ({case.tenant})")
     if case.call(body.call_id) is not None:
         raise HTTPException(409, "the call is already in the case")
     call = await facts.call(body.call_id, body.link, mask_text(body.note), who.name)

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from dashboard import chart
+from dashboard import chart, scoping
 from dashboard.auth import Principal
 from dashboard.deps import CtxDep, PageAdmin, PageViewer
 from dashboard.evidence import evidence_view
@@ -168,7 +168,7 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
 
 @router.get("/system")
 async def system_page(request: Request, who: PageViewer, ctx: CtxDep) -> Response:
-    found = await ctx.store.health()
+    found = await scoping.health(ctx, who, await ctx.store.health())
     return render(
         request,
         "system.html",

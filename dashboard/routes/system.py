@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
+from dashboard import scoping
 from dashboard.auth import Role
 from dashboard.deps import CtxDep, Viewer, authenticate, client_address, context
 from dashboard.live import LiveClient
@@ -32,7 +33,7 @@ async def system_health(who: Viewer, ctx: CtxDep) -> Health:
     last = found.streams.get("alerts")
     if last is not None and last.last_id and ctx.hub.last_alert_id is not None:
         found.live_feed_behind = int(last.last_id != ctx.hub.last_alert_id)
-    return found
+    return await scoping.health(ctx, who, found)
 
 
 @router.get("/openapi.json", include_in_schema=False)

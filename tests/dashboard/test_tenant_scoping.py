@@ -92,6 +92,11 @@ def test_a_scoped_key_sees_only_its_tenant_and_a_platform_key_filters(dash: Dash
     assert _ids(get("/api/v1/calls?tenant=globex", headers=p).json()) == {B_CALL}
     assert _ids(get("/api/v1/alerts?tenant=globex", headers=p).json()) == {B_CALL}
     assert get(f"/api/v1/calls/{B_CALL}", headers=p).json()["call"]["tenant"] == "globex"
+    # system health: a scoped key gets its own live calls, not every tenant's traffic
+    mine = get("/api/v1/system", headers=a).json()
+    assert mine["live_calls"] == 1 and mine["streams"] == {} and mine["nodes"] == []
+    everyone = get("/api/v1/system", headers=p).json()
+    assert everyone["live_calls"] == 2 and everyone["streams"]["alerts"]["length"] == 2
 
 
 def test_pages_and_exports_show_only_the_tenant(dash: Dash) -> None:
@@ -180,6 +185,10 @@ def test_cases_are_tenant_scoped(dash: Dash) -> None:
     assert dash.client.post("/api/v1/cases", json=mine, headers=a).status_code == 404
     refused = dash.client.post("/api/v1/cases", json={"title": "g", "tenant": "globex"}, headers=a)
     assert refused.status_code == 404
+    # a case holds one tenant's calls, whoever links them
+    link = {"call_id": A_CALL, "link": "manual"}
+    mixed = dash.client.post(f"/api/v1/cases/{case_id}/calls", json=link, headers=p)
+    assert mixed.status_code == 409 and "another tenant" in mixed.text
 
 
 def test_a_scoped_admin_edits_only_its_policy_section_and_principals(dash: Dash) -> None:
