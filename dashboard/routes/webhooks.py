@@ -3,9 +3,11 @@ add, enable/disable, rotate the secret, delete, the dead letters and their repla
 
 Admin only: an endpoint receives every alert it subscribes to (callers' external ids
 included), so creating or pointing one is an administrator's act, and every change is
-audited. Platform-wide admins only (an endpoint and the dead letters span tenants); an
-endpoint's ``tenants`` filter limits it to those tenants' alerts. A secret is in the
-response that creates it (or rotates it) only; the stored
+audited. An endpoint's ``tenants`` filter limits it to those tenants' alerts. A
+tenant-scoped admin sees and manages only endpoints filtered to within its own tenants
+(its new ones are filtered to its tenants when it names none) and their dead letters;
+another endpoint is 404; only a platform-wide admin may point one at a private address.
+A secret is in the response that creates it (or rotates it) only; the stored
 ones are encrypted with the dispatcher's key, which this process needs only to create
 or rotate (503 without it). The records, checks and the replay are the dispatcher's own
 (``detectors.bus.webhooks.admin``).
@@ -20,11 +22,14 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard import scoping
-from dashboard.deps import Admin, CtxDep
+from dashboard.auth import Principal
+from dashboard.deps import Admin, Context, CtxDep
 from dashboard.masking import mask_text
+from dashboard.tenancy import label
 from detectors.bus.biometrics import TENANT_PATTERN
 from detectors.bus.webhooks.admin import EndpointHealth, NoKeyError, public
 from detectors.bus.webhooks.payload import EVENT_TYPES
+from detectors.bus.webhooks.store import Endpoint
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 
@@ -58,6 +63,21 @@ class RotateIn(BaseModel):
     overlap_hours: float = Field(default=24.0, ge=0.0, le=24.0 * 30)
 
 
+async def _own(ctx: Context, who: Principal, endpoint_id: str) -> str:
+    """The endpoint's tenant label for the audit log; 404 unless the principal may
+    manage it (platform-wide, or the endpoint is filtered to within its tenants)."""
+    endpoint = await ctx.webhooks.get(endpoint_id)
+    if who.tenants is None:
+        return label(frozenset(endpoint.tenants) or None) if endpoint else "*"
+    if endpoint is None or not _inside(endpoint, who):
+        raise HTTPException(404, "no such endpoint")
+    return label(frozenset(endpoint.tenants))
+
+
+def _inside(endpoint: Endpoint, who: Principal) -> bool:
+    return who.tenants is None or (bool(endpoint.tenants) and set(endpoint.tenants) <= who.tenants)
+
+
 def _host(url: str) -> str:
     """What the audit log keeps of a URL: scheme and host (a path or query may hold a
     token the receiver issued)."""
@@ -69,10 +89,11 @@ def _host(url: str) -> str:
 async def list_endpoints(who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Every endpoint (no secrets) with its delivery health: queues waiting, parked
     (disabled) and dead-lettered, recent successes and failures, the newest attempt."""
-    scoping.platform(who)
     health = await ctx.webhooks.health()
     endpoints = []
     for ep in await ctx.webhooks.endpoints():
+        if not _inside(ep, who):
+            continue
         found = health.get(ep.id, EndpointHealth())
         endpoints.append({**public(ep), "health": found.public()})
     return {
@@ -87,10 +108,16 @@ async def list_endpoints(who: Admin, ctx: CtxDep) -> dict[str, Any]:
 async def add_endpoint(body: EndpointIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Add an endpoint (the URL is checked against SSRF); its signing secret is in this
     response only."""
-    scoping.platform(who)
+    tenants = tuple(body.tenants)
+    if who.tenants is not None:
+        if body.allow_private:
+            scoping.platform(who)
+        for name in tenants:
+            scoping.tenant(who, name)
+        tenants = tenants or tuple(sorted(who.tenants))
     try:
         endpoint, secret = await ctx.webhooks.add(
-            body.url, tuple(body.event_types), body.allow_private, tuple(body.tenants)
+            body.url, tuple(body.event_types), body.allow_private, tenants
         )
     except NoKeyError as exc:
         raise HTTPException(503, str(exc)) from None
@@ -104,6 +131,7 @@ async def add_endpoint(body: EndpointIn, who: Admin, ctx: CtxDep) -> dict[str, A
         event_types=list(endpoint.event_types),
         allow_private=endpoint.allow_private,
         tenants=list(endpoint.tenants),
+        tenant=label(frozenset(endpoint.tenants) or None),
     )
     return {"endpoint": public(endpoint), "secret": secret}
 
@@ -111,11 +139,11 @@ async def add_endpoint(body: EndpointIn, who: Admin, ctx: CtxDep) -> dict[str, A
 @router.post("/{endpoint_id}/enable")
 async def enable(endpoint_id: EndpointId, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Enable an endpoint; the deliveries parked while it was disabled resume."""
-    scoping.platform(who)
+    tenant = await _own(ctx, who, endpoint_id)
     endpoint = await ctx.webhooks.set_enabled(endpoint_id, True, "")
     if endpoint is None:
         raise HTTPException(404, "no such endpoint")
-    await ctx.audit.record(who, "webhook.enable", endpoint_id)
+    await ctx.audit.record(who, "webhook.enable", endpoint_id, tenant=tenant)
     return public(endpoint)
 
 
@@ -125,12 +153,14 @@ async def disable(
 ) -> dict[str, Any]:
     """Disable an endpoint: deliveries already queued for it are parked (they resume
     when it is enabled); events that arrive while it is disabled are not queued for it."""
-    scoping.platform(who)
+    tenant = await _own(ctx, who, endpoint_id)
     reason = (body or DisableIn()).reason
     endpoint = await ctx.webhooks.set_enabled(endpoint_id, False, reason)
     if endpoint is None:
         raise HTTPException(404, "no such endpoint")
-    await ctx.audit.record(who, "webhook.disable", endpoint_id, reason=mask_text(reason))
+    await ctx.audit.record(
+        who, "webhook.disable", endpoint_id, reason=mask_text(reason), tenant=tenant
+    )
     return public(endpoint)
 
 
@@ -140,7 +170,7 @@ async def rotate(
 ) -> dict[str, Any]:
     """A new signing secret (in this response only); the previous one also signs for
     the overlap, so the receiver can switch without losing a delivery."""
-    scoping.platform(who)
+    tenant = await _own(ctx, who, endpoint_id)
     overlap_h = (body or RotateIn()).overlap_hours
     try:
         secret = await ctx.webhooks.rotate(endpoint_id, overlap_h * 3600.0)
@@ -148,17 +178,19 @@ async def rotate(
         raise HTTPException(503, str(exc)) from None
     if secret is None:
         raise HTTPException(404, "no such endpoint")
-    await ctx.audit.record(who, "webhook.rotate", endpoint_id, overlap_hours=overlap_h)
+    await ctx.audit.record(
+        who, "webhook.rotate", endpoint_id, overlap_hours=overlap_h, tenant=tenant
+    )
     return {"endpoint_id": endpoint_id, "secret": secret}
 
 
 @router.delete("/{endpoint_id}")
 async def delete(endpoint_id: EndpointId, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     """Delete an endpoint; what is still queued for it is dead-lettered at its next try."""
-    scoping.platform(who)
+    tenant = await _own(ctx, who, endpoint_id)
     if not await ctx.webhooks.delete(endpoint_id):
         raise HTTPException(404, "no such endpoint")
-    await ctx.audit.record(who, "webhook.delete", endpoint_id)
+    await ctx.audit.record(who, "webhook.delete", endpoint_id, tenant=tenant)
     return {"removed": endpoint_id}
 
 
@@ -169,9 +201,12 @@ async def dead_letters(
     endpoint: Annotated[str | None, Query(pattern=r"^ep_[0-9a-f]{16}$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> list[dict[str, Any]]:
-    """Dead-lettered deliveries, newest first (never their payload)."""
-    scoping.platform(who)
+    """Dead-lettered deliveries, newest first (never their payload); a scoped admin:
+    its endpoints' only."""
     found = await ctx.webhooks.dead_letters(endpoint, limit)
+    if who.tenants is not None:
+        mine = {ep.id for ep in await ctx.webhooks.endpoints() if _inside(ep, who)}
+        found = [d for d in found if d.get("endpoint") in mine]
     for d in found:
         d["call_key"] = mask_text(d["call_key"])
         d["last_error"] = mask_text(d["last_error"])
@@ -183,11 +218,11 @@ async def replay(
     endpoint_id: EndpointId, event_id: EventId, who: Admin, ctx: CtxDep
 ) -> dict[str, Any]:
     """Deliver a dead-lettered (or delivered) event again, in its call's order."""
-    scoping.platform(who)
+    tenant = await _own(ctx, who, endpoint_id)
     result = await ctx.webhooks.replay(endpoint_id, event_id)
     if result == 0:
         raise HTTPException(404, "no such delivery")
     if result < 0:
         raise HTTPException(409, "that delivery is still pending")
-    await ctx.audit.record(who, "webhook.replay", endpoint_id, event_id=event_id)
+    await ctx.audit.record(who, "webhook.replay", endpoint_id, event_id=event_id, tenant=tenant)
     return {"queued": True, "endpoint_id": endpoint_id, "event_id": event_id}

@@ -235,7 +235,6 @@ def test_a_scoped_admin_edits_only_its_policy_section_and_principals(dash: Dash)
     listed = dash.client.get("/api/v1/api-keys", headers=a).json()
     assert {k["name"] for k in listed} == {"acme-admin", "k"}
     assert all(k["tenants"] == ["acme"] for k in listed)
-    assert dash.client.get("/api/v1/webhooks", headers=a).status_code == 403
     entries = dash.client.get("/api/v1/audit", headers=a).json()
     assert entries and {e["tenant"] for e in entries} == {"acme"}
 
@@ -311,3 +310,30 @@ def test_oidc_tenant_claim_mapping() -> None:
     assert map_tenants({}, "t") == (frozenset(), "no t value names a tenant")
     tenants, why = map_tenants({"t": ["Bad Name"]}, "t")
     assert tenants == frozenset() and "invalid tenant" in why
+
+
+def test_a_scoped_admin_manages_only_its_tenants_webhooks(dash: Dash) -> None:
+    p = dash.key_headers("admin")
+    url = "https://93.184.216.34/hooks/cs"  # a public address literal: no DNS needed
+
+    def add(h: dict[str, str], **extra: Any) -> Any:
+        return dash.client.post("/api/v1/webhooks", json={"url": url, **extra}, headers=h)
+
+    everyone = add(p).json()["endpoint"]["id"]
+    theirs = add(p, tenants=["globex"]).json()["endpoint"]["id"]
+    a = _key(dash, "acme-admin", Role.ADMIN, frozenset({"acme"}))
+    assert dash.client.get("/api/v1/webhooks", headers=a).json()["endpoints"] == []
+    assert add(a, tenants=["globex"]).status_code == 404
+    assert add(a, allow_private=True).status_code == 403
+    made = add(a)
+    assert made.status_code == 201 and made.json()["endpoint"]["tenants"] == ["acme"]
+    mine = made.json()["endpoint"]["id"]
+    listed = dash.client.get("/api/v1/webhooks", headers=a).json()["endpoints"]
+    assert [e["id"] for e in listed] == [mine]
+    for other in (everyone, theirs):
+        assert dash.client.post(f"/api/v1/webhooks/{other}/disable", headers=a).status_code == 404
+        assert dash.client.delete(f"/api/v1/webhooks/{other}", headers=a).status_code == 404
+    assert dash.client.post(f"/api/v1/webhooks/{mine}/disable", headers=a).status_code == 200
+    (entry,) = [e for e in _audit(dash) if e["action"] == "webhook.disable"]
+    assert entry["tenant"] == "acme"
+    assert len(dash.client.get("/api/v1/webhooks", headers=p).json()["endpoints"]) == 3
