@@ -72,7 +72,20 @@ def add_parser(sub: Any, name: str) -> None:
         "(e.g. 10,100,1000) on a MANIFEST.csv speech folder (DIR or --from-manifest)",
     )
     p.add_argument("--target-rate", type=float, default=0.001, help="per-call false-match goal")
-    p.add_argument("--min-speech-s", type=float, default=1.5, help="net speech before scoring")
+    p.add_argument(
+        "--min-speech-s",
+        type=float,
+        default=6.0,
+        help="--watchlist-sizes: net speech of a call when the watchlist is searched "
+        "(the bridge's CALLSHIELD_BIOMETRICS_MIN_NET_SPEECH_S, default 6)",
+    )
+    p.add_argument(
+        "--enrol-speech-s",
+        type=float,
+        default=3.0,
+        help="--watchlist-sizes: net speech of an entry's enrolment audio "
+        "(`callshield watchlist add`'s minimum, default 3)",
+    )
     p.add_argument("--folds", type=int, default=10, help="random watchlist draws")
     p.add_argument("--max-speakers", type=int, help="use only the first N pool speakers")
     p.add_argument(
@@ -172,6 +185,7 @@ def run_watchlist(args: argparse.Namespace) -> int:
             sizes=sizes,
             target_rate=args.target_rate,
             min_net_speech_s=args.min_speech_s,
+            enrol_net_speech_s=args.enrol_speech_s,
             folds=args.folds,
             seed=args.split_seed,
             max_speakers=args.max_speakers,

@@ -3,15 +3,26 @@ known_fraudster per watchlist size, through the bridge's own scoring code
 (``SpeakerBiometrics``: speech-weighted aggregate, S-norm, threshold per size), on
 8 kHz G.711 speech of speakers the cohort never saw.
 
-Data (a MANIFEST.csv speech folder; speechocean762 has two utterances per speaker):
-- pool: speakers of ``datasets`` outside the S-norm cohort (``cohort.in_cohort``);
-- per fold, a random part of the pool is *listed* (entry: utterance 1; hit probe:
-  utterance 2), the rest are *unlisted* callers (both utterances back to back, one call);
-  callers of ``probe_datasets`` (other corpora) are unlisted in every fold;
+Data (a MANIFEST.csv speech folder), per speaker outside the cohort (``in_cohort``) of
+``datasets`` and ``probe_datasets``, utterances in manifest order, net speech counted as
+the bridge counts it (telephone path, 3 s windows, each later window its new part):
+- enrolment: the leading utterances until ``enrol_net_speech_s`` (``callshield watchlist
+  add``'s minimum, 3 s), each file embedded on its own as that command does;
+- hit probe: the following utterances back to back, one call, until the bridge's search
+  point ``min_net_speech_s`` (6 s by default); a speaker with both can be *listed*;
+- impostor calls: the speaker's utterances back to back, cut into calls that each reach
+  the search point (at most ``calls_per_speaker``); a speaker with less audio makes no
+  call the bridge would search. The report counts, per dataset, how many speakers can
+  be listed and how many can call.
+- per fold, a random part of the listable speakers is listed, every other speaker calls
+  as an impostor;
 - a watchlist larger than the listed speakers is filled with speed-perturbed copies of
   the listed speakers' enrolment audio (×0.9, ×0.95, ×1.05, ×1.1: new pseudo-speakers,
   as in Kaldi's speed perturbation) and then with two listed speakers' enrolment audio
-  back to back. None of them shares a speaker with an unlisted caller.
+  back to back. None of them shares a speaker with an impostor caller. A listed
+  speaker's hit probe is searched without the pseudo-entries made from their own audio
+  (the same voice, not another person; with them, they took rank 1 from the real entry:
+  reported as ``hit_rate_own_pseudo_competing``).
 - a call is a false match when its known_fraudster result (the watchlist is searched
   once, at ``min_net_speech_s``) reaches the policy threshold; a hit when the listed
   speaker's own entry is the one matched. The same scores are also counted at the
@@ -25,8 +36,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +48,7 @@ from detectors.bus.biometrics import BiometricsMode
 from detectors.contract import FloatArray, WindowKey, WindowQuality, WindowResult
 from detectors.fusion import Fusion, Policy
 from detectors.speaker.biometrics_stage import BiometricsConfig, SpeakerBiometrics
-from detectors.speaker.cohort import Clip, Embedder, corpus, in_cohort
+from detectors.speaker.cohort import Clip, Embedder, corpus, in_cohort, net_speech
 from detectors.speaker.scoring import SLOPE, Cohort, gaussian_threshold_for_size
 from detectors.speaker.shared_state import StaticSpeakerState
 from detectors.speaker.watchlist_index import WatchlistIndex
@@ -59,7 +70,8 @@ TENANT = "eval"
 class WatchlistEvalConfig:
     sizes: tuple[int, ...]
     target_rate: float = 0.001
-    min_net_speech_s: float = 1.5
+    min_net_speech_s: float = 6.0  # the bridge's CALLSHIELD_BIOMETRICS_MIN_NET_SPEECH_S
+    enrol_net_speech_s: float = 3.0  # ``callshield watchlist add|enrol``'s minimum
     folds: int = 10
     seed: int = 0
     datasets: tuple[str, ...] = ("speechocean762",)
@@ -68,6 +80,7 @@ class WatchlistEvalConfig:
     mixtures: int = 1200
     handoffs: int = 100
     max_speakers: int | None = None
+    calls_per_speaker: int = 5  # impostor calls of one unlisted speaker, at most
 
 
 @dataclass
@@ -77,9 +90,11 @@ class _Tally:
     impostor_scores: list[float] = field(default_factory=list)  # max S-norm per call
     targets: int = 0
     hits: int = 0
+    hits_with_own_pseudo: int = 0  # hits had own-voice pseudo-entries competed (before)
     target_scores: list[float] = field(default_factory=list)  # own entry's S-norm
     entries: dict[str, int] = field(default_factory=dict)
     speakers: set[str] = field(default_factory=set)
+    target_speakers: set[str] = field(default_factory=set)
     threshold: float = 0.0
 
 
@@ -119,6 +134,102 @@ def windows(call_id: str, clip: Clip, window_s: float, hop_s: float) -> list[Win
 def _snorm(unit: float, threshold: float) -> float:
     u = min(max(unit, 1e-12), 1 - 1e-12)
     return threshold + math.log(u / (1 - u)) / SLOPE
+
+
+def take(
+    n: int, start: int, need_s: float, speech_of: Callable[[list[int]], float]
+) -> tuple[list[int], int] | None:
+    """Utterances ``start, start + 1, ...`` of ``n`` until ``speech_of`` them reaches
+    ``need_s``: (their indices, the next index), or None when the rest falls short."""
+    idx: list[int] = []
+    for i in range(start, n):
+        idx.append(i)
+        if speech_of(idx) >= need_s:
+            return idx, i + 1
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SpeakerPlan:
+    """Which utterances of one speaker make what (indices in manifest order).
+
+    ``enrol``: the leading utterances until the enrolment minimum (None: not enough);
+    ``probe``: the next ones, back to back as one call, until the bridge's search point
+    (None: not enough after the enrolment: the speaker cannot be a listed target);
+    ``calls``: the speaker's audio cut into back-to-back calls that each reach the search
+    point (used when the speaker is not listed: impostor calls; empty: a call this short
+    is never searched by the bridge)."""
+
+    enrol: list[int] | None
+    probe: list[int] | None
+    calls: list[list[int]]
+
+    @property
+    def target(self) -> bool:
+        return self.enrol is not None and self.probe is not None
+
+
+def plan_speaker(
+    n: int,
+    enrol_s: float,
+    probe_s: float,
+    enrol_speech: Callable[[list[int]], float],
+    call_speech: Callable[[list[int]], float],
+    max_calls: int,
+) -> SpeakerPlan:
+    """Enrolment, hit probe and impostor calls of a speaker with ``n`` utterances."""
+    e = take(n, 0, enrol_s, enrol_speech)
+    probe = take(n, e[1], probe_s, call_speech) if e is not None else None
+    calls: list[list[int]] = []
+    start = 0
+    while len(calls) < max_calls:
+        c = take(n, start, probe_s, call_speech)
+        if c is None:
+            break
+        calls.append(c[0])
+        start = c[1]
+    return SpeakerPlan(e[0] if e else None, probe[0] if probe else None, calls)
+
+
+def accounted_speech(speech_s: Sequence[float], share: float) -> float:
+    """Net speech the bridge counts for a call's windows: the first window in full, each
+    later (overlapping) window its new part (``hop / window``)."""
+    if not speech_s:
+        return 0.0
+    return float(speech_s[0]) + share * float(sum(speech_s[1:]))
+
+
+def own_voice(entry_id: str, speaker: str) -> bool:
+    """Whether a watchlist entry was made from ``speaker``'s audio (their real entry, a
+    speed-perturbed copy, or a two-speaker mixture with them in it)."""
+    kind, _, rest = entry_id.partition(":")
+    if kind == "real":
+        return rest == speaker
+    if kind == "speed":
+        return rest.rsplit(":", 1)[0] == speaker
+    if kind == "mix":
+        return speaker in rest.split("+")
+    return False
+
+
+def without_own_voice(index: WatchlistIndex, speaker: str) -> WatchlistIndex:
+    """The index minus the pseudo-entries derived from ``speaker``'s voice (their real
+    entry stays), threshold unchanged: for that speaker's hit probe, a pseudo-speaker
+    made from their own enrolment audio is the same voice, not another person, and would
+    otherwise take rank 1 from their real entry (an artefact of filling the list)."""
+    keep = [
+        i for i, e in enumerate(index.ids) if e == f"real:{speaker}" or not own_voice(e, speaker)
+    ]
+    if len(keep) == index.size:
+        return index
+    k = np.asarray(keep, np.int64)
+    return replace(
+        index,
+        ids=tuple(index.ids[i] for i in keep),
+        matrix=index.matrix[k],
+        entry_mu=index.entry_mu[k],
+        entry_sd=index.entry_sd[k],
+    )
 
 
 class _Run:
@@ -170,7 +281,7 @@ def evaluate_watchlist(
     from scipy.signal import resample_poly
 
     from detectors.speaker.deriver import to_16k
-    from detectors.speaker.evaluate import load_audio
+    from detectors.speaker.evaluate import load_audio, telephone_16k, window_stack
 
     def say(msg: str) -> None:
         if progress is not None:
@@ -184,26 +295,63 @@ def evaluate_watchlist(
         loaded = load_audio(path)
         return None if loaded is None else to_16k(*loaded)
 
-    pool_files = {
+    share = hop_s / window_s
+
+    def window_speech(x: FloatArray) -> list[float]:
+        y = telephone_16k(x, 16_000)
+        return [net_speech(row) for row in window_stack(y, emb.window, emb.hop)]
+
+    files = {
         s: f
-        for s, f in sorted(corpus(speech_dir, cfg.datasets).items())
-        if not in_cohort(s) and len(f) >= 2
+        for s, f in sorted(corpus(speech_dir, cfg.datasets + cfg.probe_datasets).items())
+        if not in_cohort(s)
     }
-    pool = sorted(pool_files)[: cfg.max_speakers]
-    say(f"embedding {len(pool)} pool speakers (telephone path)")
-    first: dict[str, FloatArray] = {}
+    names = sorted(files)[: cfg.max_speakers]
+    dataset_of = {s: d for d in cfg.datasets + cfg.probe_datasets for s in corpus(speech_dir, (d,))}
+    say(f"planning {len(names)} speakers outside the cohort (telephone path)")
     enrol: dict[str, Clip] = {}
+    first: dict[str, FloatArray] = {}  # enrolment audio (source of pseudo-entries)
     hit_probe: dict[str, Clip] = {}
-    caller: dict[str, Clip] = {}
-    for s in pool:
-        a, b = (audio(p) for p in pool_files[s][:2])
-        if a is None or b is None:
+    calls: dict[str, list[Clip]] = {}
+    planned: dict[str, SpeakerPlan] = {}
+    for s in names:
+        utts = [x for x in (audio(p) for p in files[s]) if x is not None]
+        if not utts:
             continue
-        first[s] = a
-        enrol[s] = emb.clip(a, 16_000)
-        hit_probe[s] = emb.clip(b, 16_000)
-        caller[s] = emb.clip(np.concatenate([a, b]), 16_000)
-    pool = sorted(enrol)
+        per_utt = [window_speech(u) for u in utts]
+
+        def enrol_speech(idx: list[int], per_utt: list[list[float]] = per_utt) -> float:
+            return sum(accounted_speech(per_utt[i], share) for i in idx)
+
+        def call_speech(idx: list[int], utts: list[FloatArray] = utts) -> float:
+            return accounted_speech(window_speech(np.concatenate([utts[i] for i in idx])), share)
+
+        plan = plan_speaker(
+            len(utts),
+            cfg.enrol_net_speech_s,
+            cfg.min_net_speech_s,
+            enrol_speech,
+            call_speech,
+            cfg.calls_per_speaker,
+        )
+        planned[s] = plan
+        if plan.enrol is not None and plan.probe is not None:
+            parts = [emb.clip(utts[i], 16_000) for i in plan.enrol]  # one file each, as enrol
+            enrol[s] = Clip(
+                np.concatenate([c.embeddings for c in parts]),
+                np.concatenate([c.speech_s for c in parts]),
+            )
+            first[s] = np.concatenate([utts[i] for i in plan.enrol])
+            hit_probe[s] = emb.clip(np.concatenate([utts[i] for i in plan.probe]), 16_000)
+        calls[s] = [emb.clip(np.concatenate([utts[i] for i in c]), 16_000) for c in plan.calls]
+    pool = sorted(enrol)  # speakers who can be listed: enrolment + a hit probe
+    if not pool:
+        raise ValueError(
+            f"no speaker outside the cohort has {cfg.enrol_net_speech_s} s of enrolment speech "
+            f"and then {cfg.min_net_speech_s} s for a probe call in {speech_dir}"
+        )
+    caller = {s: c[0] for s, c in calls.items() if c}
+    availability = _availability(planned, dataset_of)
     speed: dict[str, list[tuple[str, FloatArray]]] = {}
     for s in pool:
         speed[s] = [
@@ -216,31 +364,14 @@ def evaluate_watchlist(
     rng = random.Random(cfg.seed)
     need_mix = max(cfg.sizes) > len(pool) * (1 + len(SPEEDS)) * cfg.listed_share
     mixes: list[tuple[str, str, FloatArray]] = []
-    if need_mix:
+    if need_mix and len(pool) >= 2:
         say(f"embedding {cfg.mixtures} two-speaker entries")
         for _ in range(cfg.mixtures):
             x, y = rng.sample(pool, 2)
             clip = emb.clip(np.concatenate([first[x], first[y]]), 16_000)
             mixes.append((x, y, clip.call_embedding()))
-    extra: list[tuple[str, Clip]] = []
-    for s, files in sorted(corpus(speech_dir, cfg.probe_datasets).items()):
-        if in_cohort(s):
-            continue
-        buf: list[FloatArray] = []
-        calls = 0
-        for p in files:
-            pcm = audio(p)
-            if pcm is None:
-                continue
-            buf.append(pcm)
-            if sum(b.size for b in buf) >= 6 * 16_000:
-                extra.append((s, emb.clip(np.concatenate(buf), 16_000)))
-                buf, calls = [], calls + 1
-                if calls >= 5:
-                    break
-        if buf and calls == 0:
-            extra.append((s, emb.clip(np.concatenate(buf), 16_000)))
-    say(f"{len(pool)} pool speakers, {len(extra)} calls of other corpora; scoring")
+    n_calls = sum(len(c) for c in calls.values())
+    say(f"{len(pool)} listable speakers, {n_calls} impostor-capable calls; scoring")
 
     run = _Run(cfg, cohort, window_s, hop_s)
     tallies = {n: _Tally() for n in cfg.sizes}
@@ -251,7 +382,7 @@ def evaluate_watchlist(
         for size in cfg.sizes:
             t = tallies[size]
             listed = order[: min(size, n_listed)]
-            unlisted = order[len(listed) :]
+            unlisted = [x for x in names if x not in set(listed)]
             lset = set(listed)
             ids = [f"real:{s}" for s in listed]
             vecs = [enrol[s].call_embedding() for s in listed]
@@ -273,15 +404,23 @@ def evaluate_watchlist(
             t.entries = {k: max(t.entries.get(k, 0), c) for k, c in kinds.items()}
             index = WatchlistIndex.build(TENANT, 1, ids, np.stack(vecs), cohort, cfg.target_rate)
             t.threshold = index.threshold
-            _, bio = run.stage(index)
+            state, bio = run.stage(index)
             for s in listed:
+                # rank 1 among the other voices: the pseudo-entries made from s's own
+                # enrolment audio are left out (the same voice, not another person)
+                state.indexes[TENANT] = without_own_voice(index, s)
                 score, matched = run.known_fraudster(bio, hit_probe[s])
+                state.indexes[TENANT] = index
+                raw_score, raw_matched = run.known_fraudster(bio, hit_probe[s])
                 t.targets += 1
+                t.target_speakers.add(s)
                 own = matched == f"real:{s}"  # another entry matching is no hit
                 t.target_scores.append(_snorm(score, index.threshold) if own else -math.inf)
                 if score >= 0.5 and own:
                     t.hits += 1
-            probes = [(s, caller[s]) for s in unlisted] + extra
+                if raw_score >= 0.5 and raw_matched == f"real:{s}":
+                    t.hits_with_own_pseudo += 1
+            probes = [(s, c) for s in unlisted for c in calls.get(s, [])]
             for s, clip in probes:
                 score, _ = run.known_fraudster(bio, clip)
                 t.impostor_calls += 1
@@ -301,7 +440,9 @@ def evaluate_watchlist(
         "model": manifest.key,
         "speech_dir": str(speech_dir),
         "pool_speakers": len(pool),
-        "other_corpus_calls": len(extra),
+        "impostor_call_clips": n_calls,
+        "availability": availability,
+        "enrol_net_speech_s": cfg.enrol_net_speech_s,
         "cohort_utterances": int(cohort.embeddings.shape[0]),
         "calibration": {
             "mean": round(cohort.calibration.mean, 4),
@@ -317,8 +458,24 @@ def evaluate_watchlist(
         "folds": cfg.folds,
         "sizes": sizes_out,
         "voice_mismatch": _voice_mismatch(run, enrol, hit_probe, pool, cfg),
-        "handoff": _handoffs(run, cohort, enrol, caller, pool, cfg, tallies, mixes, speed),
+        "handoff": _handoffs(
+            run, cohort, enrol, caller, [x for x in pool if x in caller], cfg, tallies, mixes, speed
+        ),
     }
+
+
+def _availability(planned: dict[str, SpeakerPlan], dataset_of: dict[str, str]) -> dict[str, Any]:
+    """Per dataset: speakers outside the cohort, how many can be listed targets (enough
+    enrolment speech, then enough for a probe call), how many make at least one call that
+    reaches the search point, and how many calls."""
+    out: dict[str, dict[str, int]] = {}
+    for s, plan in planned.items():
+        d = out.setdefault(dataset_of[s], {"speakers": 0, "targets": 0, "callers": 0, "calls": 0})
+        d["speakers"] += 1
+        d["targets"] += plan.target
+        d["callers"] += bool(plan.calls)
+        d["calls"] += len(plan.calls)
+    return dict(sorted(out.items()))
 
 
 def _size_report(t: _Tally, target: float, gaussian: float) -> dict[str, Any]:
@@ -345,6 +502,8 @@ def _size_report(t: _Tally, target: float, gaussian: float) -> dict[str, Any]:
         "target_calls": t.targets,
         "hits": t.hits,
         "hit_rate": t.hits / max(t.targets, 1),
+        "hit_rate_own_pseudo_competing": t.hits_with_own_pseudo / max(t.targets, 1),
+        "target_speakers": len(t.target_speakers),
         "max_impostor_snorm": round(imp[0], 3) if imp else None,
         "threshold_needed_on_this_data": round(needed, 3),
         "hit_rate_at_needed": hits_at_needed / max(len(t.target_scores), 1),
@@ -451,16 +610,25 @@ def _handoffs(
 def format_text(r: dict[str, Any]) -> str:
     lines = [
         f"{r['model']}: known_fraudster on 8 kHz G.711 speech ({r['speech_dir']})",
-        f"  {r['pool_speakers']} pool speakers (not in the cohort), {r['other_corpus_calls']} "
-        f"calls of other corpora; {r['folds']} folds; min net speech {r['min_net_speech_s']} s; "
-        f"target per-call false-match {100 * r['target_rate']:.2f} %",
+        f"  enrolment >= {r['enrol_net_speech_s']} s net speech (its own files); probe and "
+        f"impostor calls: utterances of one speaker back to back, searched once at "
+        f"{r['min_net_speech_s']} s net speech; {r['folds']} folds; target per-call "
+        f"false-match {100 * r['target_rate']:.2f} %",
+        f"  speakers outside the cohort: {r['pool_speakers']} listable (enrolment + probe), "
+        f"{r['impostor_call_clips']} impostor-capable calls; per dataset "
+        "(speakers/listable/callers/calls): "
+        + ", ".join(
+            f"{d} {a['speakers']}/{a['targets']}/{a['callers']}/{a['calls']}"
+            for d, a in r["availability"].items()
+        ),
         f"  cohort {r['cohort_utterances']} utterances; S-normed impostor mean "
         f"{r['calibration']['mean']}, sd {r['calibration']['sd']}",
         f"  S-norm top-{r['calibration']['top_k']} cohort; impostor tail: "
         f"{100 * r['calibration']['tail_share']:.0f} % above {r['calibration']['tail_u']}, "
         f"mean excess {r['calibration']['tail_beta']}",
         "  size  entries(real/speed/mix)  thr   false matches         upper95 spk/calls  "
-        "hits          thr needed  hits then | Gaussian thr: false matches, hits",
+        "hits (speakers)    [own pseudo competing]  thr needed  hits then | Gaussian thr: "
+        "false matches, hits",
     ]
     for n, s in r["sizes"].items():
         e = s["entries"]
@@ -470,7 +638,8 @@ def format_text(r: dict[str, Any]) -> str:
             f"({100 * s['false_match_rate']:.2f} %)  "
             f"{100 * s['false_match_upper95_by_speakers']:5.1f}/"
             f"{100 * s['false_match_upper95_by_calls']:.2f} %"
-            f"  {s['hits']:>4}/{s['target_calls']:<5} ({100 * s['hit_rate']:.1f} %)"
+            f"  {s['hits']:>4}/{s['target_calls']:<5} ({100 * s['hit_rate']:.1f} %, "
+            f"{s['target_speakers']}) [{100 * s['hit_rate_own_pseudo_competing']:.1f} %]"
             f"  {s['threshold_needed_on_this_data']:6.2f}  {100 * s['hit_rate_at_needed']:.1f} %"
             f" | {s['gaussian_threshold_snorm']:.2f}: {s['false_matches_at_gaussian']}, "
             f"{100 * s['hit_rate_at_gaussian']:.1f} %"
