@@ -95,6 +95,7 @@ class _Tally:
     entries: dict[str, int] = field(default_factory=dict)
     speakers: set[str] = field(default_factory=set)
     target_speakers: set[str] = field(default_factory=set)
+    false_match_pairs: list[str] = field(default_factory=list)  # "caller -> entry"
     threshold: float = 0.0
 
 
@@ -422,12 +423,13 @@ def evaluate_watchlist(
                     t.hits_with_own_pseudo += 1
             probes = [(s, c) for s in unlisted for c in calls.get(s, [])]
             for s, clip in probes:
-                score, _ = run.known_fraudster(bio, clip)
+                score, matched = run.known_fraudster(bio, clip)
                 t.impostor_calls += 1
                 t.speakers.add(s)
                 t.impostor_scores.append(_snorm(score, index.threshold))
                 if score >= 0.5:
                     t.false_matches += 1
+                    t.false_match_pairs.append(f"{s} -> {matched}")
     sizes_out = {
         str(n): _size_report(
             tallies[n],
@@ -496,6 +498,7 @@ def _size_report(t: _Tally, target: float, gaussian: float) -> dict[str, Any]:
         "impostor_speakers": len(t.speakers),
         "false_matches": t.false_matches,
         "false_match_rate": t.false_matches / max(t.impostor_calls, 1),
+        "false_match_pairs": sorted(t.false_match_pairs),
         "false_match_upper95_by_speakers": _clopper_pearson_upper(
             min(t.false_matches, len(t.speakers)), len(t.speakers)
         ),

@@ -358,5 +358,6 @@ def test_eval_watchlist_sizes_end_to_end(models: Path, shared_dir: Path) -> None
     assert 10 <= small["impostor_speakers"] <= 16
     assert 0.0 <= small["false_match_rate"] <= 1.0 and 0.0 <= small["hit_rate"] <= 1.0
     assert big["hit_rate"] >= big["hit_rate_own_pseudo_competing"]
+    assert len(small["false_match_pairs"]) == small["false_matches"]
     assert r["handoff"]["calls"] == 4
     assert "voice_mismatch" in format_text(r)
