@@ -99,6 +99,15 @@ def add_parser(sub: Any, name: str) -> None:
         "(reverb, GSM / Opus upstream) or the stage-1 one; off by default because it made "
         "unseen generators worse (docs/models/synthetic_voice.md)",
     )
+    p.add_argument(
+        "--with-family",
+        action="append",
+        default=[],
+        choices=["kokoro"],
+        help="also train on this opt-in spoof family (kokoro: Kokoro-82M voices; off by "
+        "default: better on unseen neural TTS, more false alarms on genuine calls, "
+        "docs/models/synthetic_voice.md); its dev and test voices are always generated",
+    )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
@@ -203,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             args.hold_out_family,
             args.lofo,
             args.stage2,
+            tuple(args.with_family),
         )
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad

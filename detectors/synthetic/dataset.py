@@ -108,7 +108,7 @@ def _tts_jobs(
     if not texts:
         return []
     jobs = []
-    for i in range(budget.tts_per_system):
+    for i in range(min(budget.tts_per_system, system.per_part or budget.tts_per_system)):
         words: list[str] = []
         while sum(len(w) + 1 for w in words) < MIN_TEXT_CHARS:
             words.append(texts[int(rng.integers(len(texts)))])

@@ -38,7 +38,7 @@ UNIT = RATE // 400  # 2.5 ms
 # Spoof families drawn twice as often: resynthesis and neural TTS carry the subtle
 # artefacts modern generators share; formant/diphone TTS is learnt from little data.
 WIDE_CHANNEL_VERSION = 1  # bump when channel.augment(wide=True) changes (stage-2 cache key)
-FAMILY_WEIGHT = {"world": 2.0, "griffinlim": 2.0, "piper": 2.0}
+FAMILY_WEIGHT = {"world": 2.0, "griffinlim": 2.0, "piper": 2.0, "kokoro": 2.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +175,14 @@ def train(
     return model, losses
 
 
-def stage_key(cfg: TrainConfig, stage: int) -> str:
-    """A short digest of the settings a stage's weights depend on (its cache key)."""
+def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
+    """A short digest of the settings a stage's weights depend on (its cache key):
+    ``systems``, the training spoof systems, so that adding a generator retrains."""
     import hashlib
 
     fields: tuple[object, ...] = (cfg.windows, cfg.epochs, cfg.batch, cfg.lr, cfg.weight_decay)
+    if systems:
+        fields += (tuple(sorted(set(systems))), tuple(sorted(FAMILY_WEIGHT.items())))
     if stage == 2:
         fields += (cfg.stage2_windows, cfg.stage2_epochs, cfg.stage2_lr)
         fields += (WIDE_CHANNEL_VERSION,) if cfg.stage2_wide else ("narrow",)

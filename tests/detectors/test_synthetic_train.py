@@ -197,6 +197,10 @@ def test_training_stage_cache_keys() -> None:
     assert train.stage_key(train.TrainConfig(epochs=3), 1) != train.stage_key(base, 1)
     keys = {train.stage_key(c, 2) for c in (base, wide, narrow, train.TrainConfig(epochs=3))}
     assert len(keys) == 4
+    # the training spoof systems are part of the key: a new generator retrains
+    with_kokoro = train.stage_key(base, 1, ["espeak_en-us", "kokoro_jf-alpha-en-us"])
+    assert train.stage_key(base, 1, ["espeak_en-us", "espeak_en-us"]) != with_kokoro
+    assert with_kokoro == train.stage_key(base, 1, ["kokoro_jf-alpha-en-us", "espeak_en-us"])
 
 
 def test_family_of_and_eer_helpers() -> None:

@@ -1,0 +1,79 @@
+"""The Kokoro-82M spoof generator: espeak-ng IPA folded into Kokoro's phoneme symbols,
+the model reassembled from its PyPI part wheels (checked), real synthesis in English and
+Spanish, and a split that keeps the dev and test voices out of training."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from detectors.synthetic import generators, kokoro
+
+
+def test_fold_and_tokens() -> None:
+    ipa = "həlˈoʊ ðˈɛɹ\nmaɪ nˈeɪm ɪz dʒˈoʊ tʃˈaʊ\n"
+    folded = kokoro.fold(ipa)
+    assert folded == "həlˈO ðˈɛɹ, mI nˈAm ɪz ʤˈO ʧˈW."
+    vocab, _ = kokoro.assets()
+    ids = kokoro.tokens(folded + "☃", vocab)
+    assert len(ids) == len(folded)  # every folded symbol is known; the snowman is dropped
+    assert ids[:3] == [vocab["h"], vocab["ə"], vocab["l"]]
+    assert kokoro.tokens("a" * 2000, vocab) == [vocab["a"]] * kokoro.MAX_TOKENS
+    assert kokoro.fold("\n \n") == ""
+
+
+def test_voice_names() -> None:
+    assert kokoro.split_voice("jf_alpha:es-419") == ("jf_alpha", "es-419")
+    for bad in ("jf_alpha", ":en-us", "jf_alpha:"):
+        with pytest.raises(kokoro.KokoroError):
+            kokoro.split_voice(bad)
+    _, styles = kokoro.assets()
+    for s in generators.SYSTEMS:
+        if s.family == "kokoro":
+            assert kokoro.split_voice(s.voice)[0] in styles, s.id
+
+
+def test_dev_and_test_voices_are_never_trained_on() -> None:
+    styles: dict[str, set[str]] = {"train": set(), "dev": set(), "test": set()}
+    for s in generators.SYSTEMS:
+        if s.family == "kokoro":
+            for p in s.parts:
+                styles[p].add(kokoro.split_voice(s.voice)[0])
+    assert styles["train"] and styles["dev"] and styles["test"]
+    assert not styles["train"] & (styles["dev"] | styles["test"])
+    assert not styles["dev"] & styles["test"]
+
+
+def test_model_parts_reassemble_and_verify() -> None:
+    blob = kokoro.model_bytes()
+    assert len(blob) > 50_000_000  # the int8 Kokoro-82M graph
+
+
+def test_synthesis_english_and_spanish() -> None:
+    espeak = shutil.which("espeak-ng")
+    assert espeak is not None
+    short, rate = kokoro.synthesize("Hello.", "jm_kumo:en-us", 1.0, espeak)
+    longer, _ = kokoro.synthesize(
+        "Hello, this is your bank calling about your card.", "jm_kumo:en-us", 1.0, espeak
+    )
+    assert rate == kokoro.RATE
+    assert len(longer) > 2 * len(short) and len(longer) / rate > 1.5
+    assert np.abs(longer).max() == pytest.approx(0.9, abs=1e-3)
+    es, _ = kokoro.synthesize("Buenos días, ¿cómo está usted?", "jf_gongitsune:es-419", 1.1, espeak)
+    assert len(es) / rate > 1.0 and float(np.sqrt(np.mean(es**2))) > 0.02
+    with pytest.raises(kokoro.KokoroError, match="no kokoro style"):
+        kokoro.synthesize("Hello.", "af_heart:en-us", 1.0, espeak)
+
+
+def test_kokoro_training_voices_are_opt_in() -> None:
+    default = generators.selected()
+    assert all(not (s.family == "kokoro" and "train" in s.parts) for s in default)
+    kokoro_default = {p for s in default if s.family == "kokoro" for p in s.parts}
+    assert kokoro_default == {"dev", "test"}  # dev always holds a neural TTS never trained on
+    everything = generators.selected(("kokoro",))
+    assert {s.id for s in everything} == {s.id for s in generators.SYSTEMS}
+    assert {s.id for s in default} < {s.id for s in everything}
+    with pytest.raises(ValueError, match="opt-in"):
+        generators.selected(("espeak",))
