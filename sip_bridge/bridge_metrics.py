@@ -76,7 +76,8 @@ class TenantCollector(Collector):
         resolved = CounterMetricFamily(
             "callshield_tenant_resolved",
             "calls by what decided their tenant: sip_header, siprec_metadata, api, "
-            "dnis_prefix, sip_source, default",
+            "twilio_parameter, audiohook_open, audio_fork_metadata, whip_request, "
+            "connect_request, dnis_prefix, sip_source, default",
             labels=["source"],
         )
         rejected = CounterMetricFamily(

@@ -5,7 +5,12 @@ In order, the first that gives a usable tenant wins:
 
 1. an explicit value: the SIP header ``tenant_header`` (default ``X-CallShield-Tenant``)
    on the INVITE, then a SIPREC metadata extension element named ``tenant``
-   (``sip_bridge.sip.siprec``), or the control API's ``tenant`` field;
+   (``sip_bridge.sip.siprec``), or the control API's ``tenant`` field; for the other
+   attach points, where each platform carries per-call data (``sip_bridge.adapters``):
+   a Twilio ``<Parameter name="tenant">``, the AudioHook ``open`` message's
+   ``inputVariables``/``customConfig``, the audio-fork metadata, the WHIP request's
+   ``X-CallShield-Tenant`` header or ``tenant`` query parameter, the Amazon Connect
+   request's ``tenant`` (a contact attribute, passed by the flow's Lambda);
 2. the static mapping from the called number: the longest matching DNIS prefix;
 3. the static mapping from the signalling source (trunk address): the most specific
    network containing it;
@@ -43,8 +48,29 @@ TENANT_RE: Final = re.compile(TENANT_PATTERN)
 DNIS_PREFIX_RE: Final = re.compile(r"^\+?[0-9*#]{1,32}$")
 HEADER_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 MAX_RAW: Final = 256  # longer explicit values are malformed without further look
-Origin = Literal["sip_header", "siprec_metadata", "api"]
-Source = Literal["sip_header", "siprec_metadata", "api", "dnis_prefix", "sip_source", "default"]
+Origin = Literal[
+    "sip_header",
+    "siprec_metadata",
+    "api",
+    "twilio_parameter",
+    "audiohook_open",
+    "audio_fork_metadata",
+    "whip_request",
+    "connect_request",
+]
+Source = Literal[
+    "sip_header",
+    "siprec_metadata",
+    "api",
+    "twilio_parameter",
+    "audiohook_open",
+    "audio_fork_metadata",
+    "whip_request",
+    "connect_request",
+    "dnis_prefix",
+    "sip_source",
+    "default",
+]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -54,6 +80,19 @@ class Hint:
 
     origin: Origin
     values: tuple[str, ...]
+
+
+def hints_of(origin: Origin, *values: object) -> tuple[Hint, ...]:
+    """An adapter's explicit values (JSON fields, headers) as one hint, or none when
+    every value is absent or empty. A value that is not a string (a number, an object)
+    stands in as its type name, so it is refused as malformed and counted, never read
+    as an id (``42`` would otherwise pass)."""
+    texts = tuple(
+        v if isinstance(v, str) else f"<{type(v).__name__}>"
+        for v in values
+        if v is not None and v != ""
+    )
+    return (Hint(origin, texts),) if texts else ()
 
 
 @dataclass(frozen=True, slots=True)

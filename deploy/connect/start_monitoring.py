@@ -7,6 +7,10 @@ Place it after a *Start media streaming* block (customer audio both directions),
 and ``MediaStreams.Customer.Audio`` (``StreamARN``, ``StartFragmentNumber``,
 ``StartTimestamp``) and calls the bridge's ``POST /v1/connect/contacts``. With the flow
 parameter ``action`` = ``stop`` (e.g. in a disconnect flow) it calls ``DELETE``.
+The contact's tenant (which client company's rules apply): the flow parameter
+``tenant``, else the contact attribute ``callshield_tenant`` (set it with *Set contact
+attributes* before this block); the bridge validates it and, when it refuses it
+(malformed, not a known tenant), counts it and falls back to its DNIS mapping or default.
 
 It answers with flat string attributes a *Check contact attributes* block can branch
 on: ``callshield_status`` (``monitoring``, ``stopped``, ``error``),
@@ -57,6 +61,8 @@ def contact_request(event: dict[str, Any]) -> dict[str, Any]:
         "initial_contact_id": data.get("InitialContactId"),
         "ani": (data.get("CustomerEndpoint") or {}).get("Address"),
         "dnis": (data.get("SystemEndpoint") or {}).get("Address"),
+        "tenant": (event["Details"].get("Parameters") or {}).get("tenant")
+        or (data.get("Attributes") or {}).get("callshield_tenant"),
     }
     body.update({k: str(v) for k, v in optional.items() if v})
     return body

@@ -19,6 +19,11 @@ the outside party: external) and callee (channel 1: internal), ``role_source``
 abstain). ``mono`` is one party, the forked channel's far end, but which party that is
 depends on where the fork was started, so its role is unknown (detectors abstain)
 unless the stream says it: ``role`` (external | internal) in the metadata or the URL.
+The call's tenant, likewise: ``tenant`` in the metadata (jambonz ``listen``'s
+``metadata``; for ``uuid_audio_fork`` the metadata string, a JSON object, is the
+message), else the URL's ``?tenant=``: an explicit value of origin
+``audio_fork_metadata`` (:mod:`sip_bridge.tenant`; a refused one is counted and the call
+takes the DNIS mapping or the default, the stream goes on).
 
 Audio goes through the packetizer at the running sample count (the WebSocket is
 ordered), so the jitter buffer paces it. Robustness: a first message that is not a
@@ -58,6 +63,7 @@ from sip_bridge.adapters.ws_common import (
 from sip_bridge.adapters.ws_session import MediaSocketSession
 from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.settings import Settings
+from sip_bridge.tenant import hints_of
 
 SYSTEMS = {"audio_fork": "freeswitch", "jambonz": "jambonz"}  # vendor -> id system
 PATH = "/v1/audio-fork"
@@ -74,6 +80,11 @@ def _field(data: dict[str, Any], *names: str) -> Any:
         if name in data:
             return data[name]
     return None
+
+
+def _first(*values: object) -> object:
+    """The first value present (not None, not empty)."""
+    return next((v for v in values if v is not None and v != ""), None)
 
 
 class AudioForkSession(MediaSocketSession):
@@ -145,6 +156,10 @@ class AudioForkSession(MediaSocketSession):
             dnis=bounded_text(_field(data, "to", "dnis"), "to"),
             correlation_id=call_sid or None,
             external_ids=external_ids,
+            tenant_hints=hints_of(
+                "audio_fork_metadata",
+                _first(_field(meta, "tenant"), _field(data, "tenant"), self.query.get("tenant")),
+            ),
         )
         pts = l16_payload_types((rate,))
         if mix == "stereo":

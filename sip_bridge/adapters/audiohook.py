@@ -15,7 +15,11 @@ client's stream position as an ISO 8601 duration ``PT1.23S``). The client sends
 ``open`` (organizationId, conversationId, participant {ani, dnis}, the media it offers);
 we answer ``opened`` with the one we take: PCMU or L16 (little-endian, as Genesys sends
 it) at 8 kHz, preferably both channels ``["external", "internal"]``; each channel is a
-pushed leg with that role (role_source ``vendor_track``). ``ping`` -> ``pong``;
+pushed leg with that role (role_source ``vendor_track``). The call's tenant: ``tenant``
+in the open's ``inputVariables`` (set per call by the Architect flow), else in its
+``customConfig`` (the integration's configuration JSON, set by the Genesys admin): an
+explicit value of origin ``audiohook_open`` (:mod:`sip_bridge.tenant`; a refused one is
+counted and the next, or the DNIS mapping or default, applies). ``ping`` -> ``pong``;
 ``paused``/``resumed`` (secure pause: the call is paused, its audio and DTMF dropped in
 C, the gap counts as a pause and the next audio starts a fresh sequence run);
 ``discarded`` (audio the client dropped: the position jumps, the jitter buffer sees the
@@ -59,6 +63,7 @@ from sip_bridge.adapters.ws_common import (
 from sip_bridge.adapters.ws_session import MediaSocketSession
 from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.settings import Settings
+from sip_bridge.tenant import Hint, hints_of
 
 log = logging.getLogger(__name__)
 PATH = "/v1/audiohook"
@@ -215,6 +220,7 @@ class AudioHookSession(MediaSocketSession):
                 "audiohook_correlation": self.correlation_id,
                 "genesys_organization": org,
             },
+            tenant_hints=_tenant_hints(params),
         )
         specs = [
             PushedLegSpec(c, ROLES[c], "vendor_track", media["format"], pts)
@@ -286,6 +292,17 @@ class AudioHookSession(MediaSocketSession):
             for c, leg in enumerate(self.legs):
                 leg.write(samples[:, c, :].tobytes(), arrival, self.position)
         self.position += n
+
+
+def _tenant_hints(params: dict[str, Any]) -> tuple[Hint, ...]:
+    """``tenant`` of the per-call ``inputVariables``, then of the integration's
+    ``customConfig`` (each an object; anything else there is not ours to judge)."""
+    hints: list[Hint] = []
+    for key in ("inputVariables", "customConfig"):
+        table = params.get(key)
+        if isinstance(table, dict):
+            hints.extend(hints_of("audiohook_open", table.get("tenant")))
+    return tuple(hints)
 
 
 def _client_secret(settings: Settings) -> bytes | None:

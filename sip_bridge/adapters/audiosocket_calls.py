@@ -28,6 +28,7 @@ from sip_bridge.adapters.pcm import l16_payload_types, native_l16_rates
 from sip_bridge.attach import MAX_LEGS, Label, Text
 from sip_bridge.calls import Call, CallController, CallSetup, PushedLegSpec
 from sip_bridge.media import PushedLeg
+from sip_bridge.tenant import hints_of
 
 LegState = Literal["waiting", "connected", "ended"]
 
@@ -76,6 +77,12 @@ class AudioSocketCallCreate(BaseModel):
     dnis: Text = Field("", description="called number (never logged)")
     correlation_id: Text | None = Field(None, description="merges recordings of one call")
     external_ids: dict[Label, Text] = Field(default_factory=dict, max_length=16)
+    tenant: Text | None = Field(
+        None,
+        description="the client company the call belongs to (a tenant id, "
+        "^[a-z0-9][a-z0-9_-]{0,31}$); a value the bridge rejects is counted and the call "
+        "takes the configured mapping or default tenant instead: see the response's tenant",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> AudioSocketCallCreate:
@@ -118,6 +125,8 @@ class AudioSocketCallView(BaseModel):
     correlation_id: str | None
     external_ids: dict[str, str]
     unanalyzed: str
+    tenant: str = Field(description="the call's tenant, decided when it started")
+    tenant_source: str = Field(description="what decided it (sip_bridge.tenant Source)")
     rtp_timeout_s: float = Field(description="the call ends after this long without audio")
     sample_rates: list[int] = Field(description="slin rates accepted (AudioSocket kinds)")
     audiosocket: AudioSocketTarget
@@ -170,6 +179,7 @@ class AudioSocketCalls:
             dnis=spec.dnis,
             correlation_id=spec.correlation_id,
             external_ids=dict(spec.external_ids),
+            tenant_hints=hints_of("api", spec.tenant),
         )
         call, handles = self.controller.start_pushed_call(setup, specs)
         by_label = {leg.label: leg.leg_id for leg in call.legs.values()}
@@ -234,6 +244,8 @@ class AudioSocketCalls:
             correlation_id=call.correlation_id,
             external_ids=dict(call.external_ids),
             unanalyzed=call.unanalyzed,
+            tenant=call.tenant,
+            tenant_source=call.tenant_source,
             rtp_timeout_s=self.rtp_timeout_s,
             sample_rates=list(self.rates),
             audiosocket=target,

@@ -11,9 +11,12 @@ streaming* block: ``ContactId``, ``MediaStreams.Customer.Audio.StreamARN`` and
 ``external_ids`` ``connect`` (ContactId), ``connect_instance`` and ``connect_initial``
 when given, so risk by external id, webhooks and the write-back to contact attributes
 (``deploy/connect/``) all name the contact; ``correlation_id`` is the initial contact id
-(a transfer keeps one risk history). ``GET`` lists or shows monitored contacts by
-ContactId, ``DELETE`` stops one (reason ``api``; e.g. from a disconnect flow). While
-draining, ``POST`` gets 503. A ContactId already monitored gets 409.
+(a transfer keeps one risk history). ``tenant`` is the contact's tenant (the Lambda
+passes the contact attribute ``callshield_tenant``): an explicit value of origin
+``connect_request`` (:mod:`sip_bridge.tenant`; a refused one is counted and the call
+takes the DNIS mapping or default, the request still succeeds). ``GET`` lists or shows
+monitored contacts by ContactId, ``DELETE`` stops one (reason ``api``; e.g. from a
+disconnect flow). While draining, ``POST`` gets 503. A ContactId already monitored gets 409.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.control_api import control_token, guarded_route, token_check
 from sip_bridge.media import CapacityError
 from sip_bridge.settings import Settings
+from sip_bridge.tenant import hints_of
 
 log = logging.getLogger(__name__)
 PREFIX = "/v1/connect/contacts"
@@ -90,6 +94,13 @@ class ContactCreate(BaseModel):
     initial_contact_id: ConnectId | None = Field(None, description="InitialContactId")
     ani: Text = Field("", description="customer's number (never logged)")
     dnis: Text = Field("", description="dialled number (never logged)")
+    tenant: Text | None = Field(
+        None,
+        description="the client company the contact belongs to (a tenant id, "
+        "^[a-z0-9][a-z0-9_-]{0,31}$), e.g. the contact attribute callshield_tenant; a "
+        "value the bridge rejects is counted and the call takes the DNIS mapping or the "
+        "default tenant instead: see the response's tenant",
+    )
 
 
 class ContactLegView(BaseModel):
@@ -108,6 +119,8 @@ class ContactView(BaseModel):
     correlation_id: str | None
     external_ids: dict[str, str]
     unanalyzed: str
+    tenant: str | None = Field(description="the call's tenant, decided when it started")
+    tenant_source: str | None = Field(description="what decided it (sip_bridge.tenant Source)")
     legs: list[ContactLegView]
 
 
@@ -149,6 +162,7 @@ class ConnectContacts:
             dnis=spec.dnis,
             correlation_id=spec.initial_contact_id or spec.contact_id,
             external_ids=external_ids,
+            tenant_hints=hints_of("connect_request", spec.tenant),
         )
         pts = l16_payload_types(self.rates)
         legs = [
@@ -247,6 +261,8 @@ class ConnectContacts:
             correlation_id=call.correlation_id if call is not None else None,
             external_ids=dict(call.external_ids) if call is not None else {},
             unanalyzed=call.unanalyzed if call is not None else "",
+            tenant=call.tenant if call is not None else None,
+            tenant_source=call.tenant_source if call is not None else None,
             legs=legs,
         )
 

@@ -12,7 +12,11 @@ end: on the usual call to or from a customer that is the outside party (external
 ``outbound`` what Twilio plays to it (the agent or IVR: internal); ``role_source`` is
 ``vendor_track``. When the streamed call leg faces the agent instead, the stream says
 ``direction=outbound`` (a ``<Parameter>``, or the URL's query) and the roles swap.
-ANI/DNIS come from the ``From``/``To`` custom parameters when the TwiML passes them.
+ANI/DNIS come from the ``From``/``To`` custom parameters when the TwiML passes them,
+and the call's tenant from ``tenant`` (``<Parameter name="tenant" value="acme"/>``):
+an explicit value of origin ``twilio_parameter``, validated by
+:mod:`sip_bridge.tenant` (a refused one is counted and the call falls back to the DNIS
+mapping or the default; the stream is never closed for it).
 
 Audio goes through the packetizer at the sample offset of its ``timestamp``, so
 duplicated, reordered or missing chunks reach the jitter buffer as such. A digit goes
@@ -47,6 +51,7 @@ from sip_bridge.adapters.ws_common import (
 from sip_bridge.adapters.ws_session import MediaSocketSession
 from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.settings import Settings
+from sip_bridge.tenant import hints_of
 
 log = logging.getLogger(__name__)
 PATH = "/v1/twilio/media"
@@ -155,6 +160,7 @@ class TwilioSession(MediaSocketSession):
             dnis=bounded_text(params.get("To") or params.get("to"), "To"),
             correlation_id=call_sid,
             external_ids={"twilio": call_sid, "twilio_stream": stream_sid},
+            tenant_hints=hints_of("twilio_parameter", params.get("tenant")),
         )
         specs = [
             PushedLegSpec(name, roles[name], "vendor_track", "PCMU", PAYLOAD_TYPES)

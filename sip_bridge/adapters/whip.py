@@ -21,8 +21,11 @@ Call metadata comes from headers or query parameters: ``X-CallShield-Role`` / ``
 a comma list per m-line; default ``external``, role_source ``api``),
 ``X-CallShield-Ani`` / ``ani``, ``X-CallShield-Dnis`` / ``dnis``,
 ``X-CallShield-Correlation-Id`` / ``correlation_id``, ``X-CallShield-Call-Id`` /
-``call_id`` (external id ``call_id``), and any ``X-CallShield-Ext-<key>`` /
-``ext.<key>`` (external id ``<key>``).
+``call_id`` (external id ``call_id``), any ``X-CallShield-Ext-<key>`` /
+``ext.<key>`` (external id ``<key>``), and ``X-CallShield-Tenant`` / ``tenant``: the
+call's tenant, an explicit value of origin ``whip_request`` (:mod:`sip_bridge.tenant`;
+header and query both given and different = conflicting; a refused value is counted
+and the call takes the DNIS mapping or the default, never a 4xx).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from sip_bridge.adapters.whip_session import OfferError, PublishRequest, WhipSes
 from sip_bridge.calls import CallController
 from sip_bridge.media import CapacityError
 from sip_bridge.settings import Settings
+from sip_bridge.tenant import hints_of
 
 log = logging.getLogger(__name__)
 PREFIX = "/v1/whip"
@@ -180,6 +184,7 @@ def publish_request(request: Request) -> PublishRequest:
     if any(len(v) > 256 for v in fields.values()):
         raise OfferError("ani, dnis and correlation id are at most 256 characters")
     return PublishRequest(
+        tenant_hints=hints_of("whip_request", h.get("x-callshield-tenant"), q.get("tenant")),
         roles=roles,
         ani=fields["ani"],
         dnis=fields["dnis"],

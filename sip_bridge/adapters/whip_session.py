@@ -36,6 +36,7 @@ from sip_bridge.adapters.webrtc_seam import (
 )
 from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.media import PushedLeg
+from sip_bridge.tenant import Hint
 
 log = logging.getLogger(__name__)
 MAX_AUDIO_LEGS = 2
@@ -77,6 +78,7 @@ class PublishRequest:
     dnis: str = ""
     correlation_id: str | None = None
     external_ids: dict[str, str] = field(default_factory=dict)
+    tenant_hints: tuple[Hint, ...] = ()  # X-CallShield-Tenant / ?tenant= (sip_bridge.tenant)
 
 
 @dataclass(slots=True)
@@ -173,6 +175,7 @@ class WhipSessions:
             dnis=request.dnis,
             correlation_id=request.correlation_id,
             external_ids=dict(request.external_ids),
+            tenant_hints=request.tenant_hints,
         )
         call, legs = self.controller.start_pushed_call(setup, specs)  # CapacityError
         for tx, spec in zip(audio_tx, specs, strict=True):

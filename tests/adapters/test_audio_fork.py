@@ -22,6 +22,7 @@ import websockets
 from scipy.signal import resample_poly
 from websockets.asyncio.client import ClientConnection
 
+from tests.adapters.tenant_checks import TENANTS, rejected, tenant_of
 from tests.adapters.ws_vendor import (
     adapter_stats,
     bit_exact,
@@ -199,6 +200,56 @@ def test_mod_audio_fork_16k_mono_from_the_url(shared_dir: Path) -> None:
         assert [(leg.role.value, leg.role_source) for leg in snapshot.legs.values()] == [
             ("external", "metadata")
         ]
+    finally:
+        bridge.stop()
+
+
+def test_metadata_names_the_tenant_and_junk_falls_back() -> None:
+    """``tenant`` in jambonz's listen ``metadata``, in uuid_audio_fork's metadata object,
+    or the URL's ``?tenant=``; a refused one (not a string, unknown) is counted and the
+    call takes the DNIS mapping or the default; the stream is accepted either way."""
+    bridge = _bridge(**TENANTS)
+    try:
+
+        async def opened(first: dict[str, Any], query: str = "") -> ClientConnection:
+            jambonz = "callSid" in first
+            ws = await websockets.connect(
+                _uri(bridge, query),
+                subprotocols=["audio.jambonz.org" if jambonz else "audio.drachtio.org"],
+                additional_headers=BEARER,
+            )
+            await ws.send(json.dumps(first))
+            return ws
+
+        def call_id(sid: str) -> str:
+            system = "freeswitch" if sid == "t-4" else "jambonz"
+            assert wait_for(lambda: live_call(bridge, system, sid) is not None)
+            call = live_call(bridge, system, sid)
+            assert call is not None
+            return call.call_id
+
+        async def scenario() -> None:
+            listen = {"sampleRate": 8000, "mixType": "mono", "to": "+18005550100"}
+            ws = [
+                await opened({**listen, "callSid": "t-1", "metadata": {"tenant": "Globex"}}),
+                await opened({**listen, "callSid": "t-2"}, "?tenant=acme"),
+                await opened({**listen, "callSid": "t-3", "metadata": {"tenant": ["acme"]}}),
+                await opened({"uuid": "t-4", "to": "+4420", "tenant": "initech"}),
+            ]
+            ids = [call_id(f"t-{k}") for k in range(1, 5)]
+            assert tenant_of(bridge, ids[0]) == ("globex", "audio_fork_metadata", "globex")
+            assert tenant_of(bridge, ids[1]) == ("acme", "audio_fork_metadata", "acme")
+            assert tenant_of(bridge, ids[2]) == ("globex", "dnis_prefix", "globex")
+            assert tenant_of(bridge, ids[3]) == ("default", "default", "default")
+            assert rejected(bridge) == {
+                ("audio_fork_metadata", "malformed"): 1,
+                ("audio_fork_metadata", "unknown"): 1,
+            }
+            for w in ws:
+                await w.close()
+
+        asyncio.run(asyncio.wait_for(scenario(), 30))
+        assert wait_for(lambda: not bridge.calls())
     finally:
         bridge.stop()
 

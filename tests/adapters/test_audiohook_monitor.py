@@ -41,6 +41,7 @@ from sip_bridge.adapters.audiohook_signature import (
     serialize_inner_list,
     verify,
 )
+from tests.adapters.tenant_checks import TENANTS, rejected, tenant_of
 from tests.adapters.ws_vendor import (
     adapter_stats,
     bit_exact,
@@ -135,7 +136,7 @@ class FakeGenesys:
         self.serverseq = message["seq"]
         return message
 
-    async def open(self, media: list[dict[str, Any]], org: str = ORG) -> None:
+    async def open(self, media: list[dict[str, Any]], org: str = ORG, **more: Any) -> None:
         await self.send(
             "open",
             {
@@ -149,6 +150,7 @@ class FakeGenesys:
                 },
                 "media": media,
                 "language": "en-US",
+                **more,
             },
         )
 
@@ -497,6 +499,41 @@ _EXPECTED = {
 def _where(bridge: RunningBridge) -> tuple[str, str]:
     host, port = bridge.bridge.api.address  # type: ignore[union-attr]
     return f"ws://{host}:{port}{PATH}", f"{host}:{port}"
+
+
+def test_open_names_the_tenant_and_junk_falls_back() -> None:
+    """``tenant`` in the open's inputVariables (per call), else in its customConfig (per
+    integration); a refused value is counted and the next one, or the DNIS mapping
+    (this participant dialled +1800...: globex), applies; the session is opened anyway."""
+    bridge = RunningBridge(audiohook_api_key=API_KEY, audiohook_client_secret=SECRET, **TENANTS)
+    bridge.start()
+    try:
+        url, authority = _where(bridge)
+
+        async def session(**more: Any) -> tuple[ClientConnection, str]:
+            ws, gc = await _connect(url.removesuffix(PATH), authority)
+            await gc.open([STEREO], **more)
+            assert (await gc.receive())["type"] == "opened"
+            call = live_call(bridge, "audiohook_session", gc.id)
+            assert call is not None
+            return ws, call.call_id
+
+        async def scenario() -> None:
+            config = {"customConfig": {"tenant": "globex"}}
+            a = await session(inputVariables={"tenant": "ACME"}, **config)
+            b = await session(inputVariables={"tenant": "acme corp"}, **config)
+            c = await session(customConfig={"tenant": 42})
+            assert tenant_of(bridge, a[1]) == ("acme", "audiohook_open", "acme")
+            assert tenant_of(bridge, b[1]) == ("globex", "audiohook_open", "globex")
+            assert tenant_of(bridge, c[1]) == ("globex", "dnis_prefix", "globex")
+            assert rejected(bridge) == {("audiohook_open", "malformed"): 2}
+            for ws, _ in (a, b, c):
+                await ws.close()
+
+        asyncio.run(asyncio.wait_for(scenario(), 30))
+        assert wait_for(lambda: not bridge.calls())
+    finally:
+        bridge.stop()
 
 
 def test_upgrade_authentication() -> None:

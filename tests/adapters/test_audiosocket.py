@@ -27,6 +27,7 @@ from scipy.signal import resample_poly
 from sip_bridge.adapters.audiosocket import SLIN_RATES
 from sip_bridge.adapters.pcm import native_l16_rates
 from sip_bridge.sinks import CapturedLeg
+from tests.adapters.tenant_checks import TENANTS, rejected, tenant_of
 from tests.sip.bridge_runner import RunningBridge, load_speech, wait_for
 
 TOKEN = "audiosocket-test-token"
@@ -264,6 +265,29 @@ def test_only_registered_uuids_from_allowlisted_addresses(shared_dir: Path) -> N
         assert wait_for(lambda: bridge.bridge.controller.draining)
         r = api.post("/v1/audiosocket/calls", json={"legs": [{}]})
         assert r.status_code == 503 and r.headers["retry-after"] == "9"
+    finally:
+        bridge.stop()
+
+
+def test_registration_names_the_tenant_and_junk_falls_back() -> None:
+    """AudioSocket itself carries only the UUID: the tenant is the registration's
+    ``tenant`` (origin ``api``, as POST /v1/calls), validated and counted the same way;
+    a refused one gives the DNIS mapping and the registration still succeeds."""
+    bridge = _bridge(**TENANTS)
+    try:
+        api = _api(bridge)
+        given = _register(api, [{"role": "external"}], tenant="Acme", dnis="+18005550100")
+        junk = _register(api, [{"role": "external"}], tenant="acme corp", dnis="+18005550100")
+        assert (given["tenant"], given["tenant_source"]) == ("acme", "api")
+        assert (junk["tenant"], junk["tenant_source"]) == ("globex", "dnis_prefix")
+        assert tenant_of(bridge, given["call_id"]) == ("acme", "api", "acme")
+        assert tenant_of(bridge, junk["call_id"]) == ("globex", "dnis_prefix", "globex")
+        assert rejected(bridge) == {("api", "malformed"): 1}
+        for view in (given, junk):
+            assert api.delete(f"/v1/audiosocket/calls/{view['call_id']}").status_code == 204
+        assert wait_for(lambda: not bridge.calls())
+        ended = [e for e in bridge.publisher.of(given["call_id"]) if e.event == "ended"]
+        assert [e.tenant for e in ended] == ["acme"]
     finally:
         bridge.stop()
 

@@ -35,6 +35,7 @@ from tests.adapters.kvs_fixture import (
     kvs_stream,
     write_two_track_mkv,
 )
+from tests.adapters.tenant_checks import TENANTS, rejected
 from tests.adapters.ws_vendor import adapter_stats, bit_exact, overlapping
 from tests.sip.bridge_runner import RunningBridge, load_speech, wait_for
 
@@ -274,4 +275,39 @@ def test_a_plain_matroska_file_and_the_call_lifecycle(speech: Speech, tmp_path: 
         assert adapter_stats(bridge, "connect")["calls_ended"] == {"end_of_stream": 1, "api": 1}
     finally:
         off.stop()
+        bridge.stop()
+
+
+def test_contact_tenant_is_the_calls_and_junk_falls_back(speech: Speech, tmp_path: Path) -> None:
+    """The Lambda passes the contact attribute callshield_tenant as ``tenant``: a known id
+    is the call's tenant (origin connect_request); an unknown one is counted and the call
+    takes the DNIS mapping; the contact is monitored either way (201)."""
+    path = tmp_path / "plain.mkv"
+    write_two_track_mkv(path, speech.customer[:4000], speech.agent[:4000])
+    bridge = RunningBridge(control_api_token=TOKEN, connect_media_dir=str(tmp_path), **TENANTS)
+    bridge.start()
+    try:
+        url = _api(bridge)
+        views = []
+        with httpx.Client(timeout=5) as client:
+            for contact, tenant in (("c-acme", "Acme"), ("c-junk", "initech")):
+                body = {
+                    "contact_id": contact,
+                    "stream_arn": "plain.mkv",
+                    "dnis": "+18005550100",
+                    "tenant": tenant,
+                }
+                r = client.post(url, json=body, headers=AUTH)
+                assert r.status_code == 201, r.text
+                views.append(r.json())
+        assert [(v["tenant"], v["tenant_source"]) for v in views] == [
+            ("acme", "connect_request"),
+            ("globex", "dnis_prefix"),
+        ]
+        for view, tenant in zip(views, ("acme", "globex"), strict=True):
+            events = bridge.publisher.of(view["call_id"])
+            assert events and {e.tenant for e in events} == {tenant}
+        assert rejected(bridge) == {("connect_request", "unknown"): 1}
+        assert wait_for(lambda: not bridge.calls(), 5)
+    finally:
         bridge.stop()

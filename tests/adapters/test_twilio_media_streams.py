@@ -23,6 +23,7 @@ from websockets.asyncio.client import ClientConnection
 
 from native.codec import ulaw_decode, ulaw_encode
 from sip_bridge.adapters.twilio_signature import twilio_signature, url_variants
+from tests.adapters.tenant_checks import TENANTS, rejected, tenant_of
 from tests.adapters.ws_vendor import (
     adapter_stats,
     bit_exact,
@@ -329,6 +330,40 @@ def test_direction_outbound_swaps_the_roles() -> None:
         _run(scenario())
         assert wait_for(lambda: not bridge.calls())
         assert adapter_stats(bridge, "twilio")["calls_ended"] == {"disconnected": 1}
+    finally:
+        bridge.stop()
+
+
+def test_tenant_parameter_names_the_calls_tenant_and_junk_falls_back() -> None:
+    """``<Parameter name="tenant">`` arrives as start.customParameters.tenant: a known id
+    (any case) is the call's tenant; a malformed or unknown one is counted and the call
+    takes the DNIS mapping (or the default); the stream goes on either way."""
+    bridge = RunningBridge(twilio_auth_token=TOKEN, **TENANTS)
+    bridge.start()
+    try:
+        host, port = bridge.bridge.api.address  # type: ignore[union-attr]
+        base = f"ws://{host}:{port}"
+
+        async def scenario() -> None:
+            given = await _started(base, "7a", tenant=" Acme ", To="+18005550199")
+            junk = await _started(base, "7b", tenant="acme;drop table", To="+18005550199")
+            unknown = await _started(base, "7c", tenant="initech", To="+442071234567")
+            sids = [tw.call_sid for _, tw in (given, junk, unknown)]
+            assert wait_for(lambda: all(live_call(bridge, "twilio", s) for s in sids))
+            ids = [live_call(bridge, "twilio", s).call_id for s in sids]  # type: ignore[union-attr]
+            assert tenant_of(bridge, ids[0]) == ("acme", "twilio_parameter", "acme")
+            assert tenant_of(bridge, ids[1]) == ("globex", "dnis_prefix", "globex")
+            assert tenant_of(bridge, ids[2]) == ("default", "default", "default")
+            assert rejected(bridge) == {
+                ("twilio_parameter", "malformed"): 1,
+                ("twilio_parameter", "unknown"): 1,
+            }
+            for ws, _ in (given, junk, unknown):
+                await ws.close()
+
+        _run(scenario())
+        assert wait_for(lambda: not bridge.calls())
+        assert adapter_stats(bridge, "twilio")["calls_ended"] == {"disconnected": 3}
     finally:
         bridge.stop()
 

@@ -20,6 +20,7 @@ import pytest
 from detectors.alert_schema import LegRole
 from sip_bridge.adapters.whip import WhipApi
 from sip_bridge.bench.whip_client import FRAME, WhipError, publish
+from tests.adapters.tenant_checks import TENANTS, rejected, tenant_of
 from tests.sip.bridge_runner import RunningBridge, load_speech
 
 TOKEN = "whip-secret-1"
@@ -305,6 +306,47 @@ def test_a_session_ends_with_its_call_when_the_peer_goes_silent_or_away(
             await silent.pc.close()
 
     asyncio.run(run())
+
+
+def test_tenant_header_or_query_names_the_tenant_and_junk_falls_back(shared_dir: Path) -> None:
+    """``X-CallShield-Tenant`` or ``?tenant=``: a known id is the call's tenant; header
+    and query disagreeing (conflicting) or an unknown id is counted and the call takes
+    the DNIS mapping or the default; the offer is answered 201 either way."""
+    audio = load_speech(shared_dir, 1.0)
+    running = RunningBridge(whip_token=TOKEN, whip_ice_addresses="127.0.0.1", **TENANTS)
+    running.start()
+    try:
+        url = _base(running)
+
+        async def run() -> None:
+            async with httpx.AsyncClient(timeout=10) as client:
+                calls, pubs = [], []
+                for endpoint, headers in (
+                    (url, {"X-CallShield-Tenant": "ACME"}),
+                    (
+                        url + "?tenant=globex",
+                        {"X-CallShield-Tenant": "acme", "X-CallShield-Dnis": "+18005550100"},
+                    ),
+                    (url + "?tenant=initech", {}),
+                ):
+                    known = {e.call_id for e, _ in running.publisher.events}
+                    pubs.append(
+                        await publish(client, endpoint, TOKEN, audio, extra_headers=headers)
+                    )
+                    calls.append(_new_call(running, known))
+                assert tenant_of(running, calls[0]) == ("acme", "whip_request", "acme")
+                assert tenant_of(running, calls[1]) == ("globex", "dnis_prefix", "globex")
+                assert tenant_of(running, calls[2]) == ("default", "default", "default")
+                assert rejected(running) == {
+                    ("whip_request", "conflicting"): 1,
+                    ("whip_request", "unknown"): 1,
+                }
+                for pub in pubs:
+                    assert await pub.delete(client) == 200
+
+        asyncio.run(run())
+    finally:
+        running.stop()
 
 
 def test_whip_is_off_without_a_token() -> None:

@@ -59,6 +59,7 @@ def _event(contact: str, **params: str) -> dict[str, Any]:
                 "ContactId": contact,
                 "InitialContactId": contact,
                 "Channel": "VOICE",
+                "Attributes": {"callshield_tenant": "acme"},
                 "InstanceARN": INSTANCE,
                 "CustomerEndpoint": {"Address": "+15550123", "Type": "TELEPHONE_NUMBER"},
                 "SystemEndpoint": {"Address": "+18005550100", "Type": "TELEPHONE_NUMBER"},
@@ -102,6 +103,7 @@ def test_contact_flow_lambda_starts_and_stops_monitoring(
             "+18005550100",
             contact,
         )
+        assert (call.tenant, call.tenant_source) == ("acme", "connect_request")
         assert call.external_ids == {
             "connect": contact,
             "connect_instance": "d5b716a2-10bb-45cb-bf7f-01a9864be591",

@@ -29,7 +29,7 @@ from sip_bridge.settings import Settings
 from sip_bridge.sip.siprec import RecordingMetadata
 from sip_bridge.sip.transaction import Peer
 from sip_bridge.sip.uas import SipUas, UasConfig
-from sip_bridge.tenant import Hint, TenantResolver, TenantRules
+from sip_bridge.tenant import Hint, TenantResolver, TenantRules, hints_of
 
 RULES = TenantRules.parse(
     "default",
@@ -292,3 +292,19 @@ def test_the_calls_tenant_picks_its_biometrics_and_evidence_modes(tmp_path: Path
         (acme.call_id, "acme"),
         (globex.call_id, "globex"),
     }
+
+
+def test_adapter_values_become_hints_and_non_strings_are_malformed() -> None:
+    """What the adapters (sip_bridge.adapters) pass: absent or empty values say nothing;
+    a JSON number or list is refused as malformed (never read as the id ``42``); header
+    and query disagreeing is one origin's conflict."""
+    assert hints_of("twilio_parameter", None, "") == ()
+    assert hints_of("whip_request", "acme", None) == (Hint("whip_request", ("acme",)),)
+    r = TenantResolver(TenantRules.parse(known=["acme", "42"]))
+    number = r.resolve(hints_of("audio_fork_metadata", 42))
+    assert (number.tenant, number.source) == ("default", "default")
+    assert number.rejected == (("audio_fork_metadata", "malformed"),)
+    both = r.resolve(hints_of("whip_request", "acme", "42"))
+    assert both.rejected == (("whip_request", "conflicting"),)
+    given = r.resolve(hints_of("audiohook_open", " ACME "))
+    assert (given.tenant, given.source) == ("acme", "audiohook_open")
