@@ -16,6 +16,7 @@ rate. Seeded throughout.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 from collections import Counter, defaultdict
@@ -238,6 +239,63 @@ def threshold_at_fa(bonafide: Sequence[float], max_fa: float) -> float:
         raise ValueError("no bona fide scores to set a threshold on")
     k = int(np.floor(max_fa * b.size))
     return float(min(1.0, np.nextafter(b[k], np.inf)))
+
+
+def window_scores(
+    score_batch: Callable[[FloatArray], FloatArray],
+    audio: Sequence[FloatArray],
+    transform: Callable[[FloatArray, int], FloatArray],
+) -> list[float]:
+    """Every scored window's P(spoof), all clips after ``transform``, in one list (the
+    runtime alerts on windows; a call's mean is less spread than its windows)."""
+    out: list[float] = []
+    for i, x in enumerate(audio):
+        w = runtime_windows(transform(x, i))
+        if len(w):
+            out.extend(float(v) for v in score_batch(w))
+    return out
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(Binomial(n, p) <= k), summed in log space (n up to many thousands)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        for i in range(k + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def quantile_upper_bound(bonafide: Sequence[float], max_fa: float, confidence: float) -> float:
+    """A threshold that flags at most ``max_fa`` of genuine calls with probability
+    ``confidence`` (distribution-free, for independent scores): just above the smallest
+    order statistic X_(r) (ascending, 1-based) that bounds the (1 - max_fa) quantile q
+    from above with that confidence, P(X_(r) >= q) = P(Binomial(n, 1 - max_fa) <= r - 1)
+    >= confidence. With too few scores for any such r (n < log(1 - confidence) /
+    log(1 - max_fa): 149 at 2 % and 95 %) no bound exists and the highest score is the
+    most the evidence allows: just above it."""
+    b = np.sort(np.asarray(bonafide, float))
+    if not b.size:
+        raise ValueError("no bona fide scores to set a threshold on")
+    if not (0.0 < max_fa < 1.0 and 0.0 < confidence < 1.0):
+        raise ValueError("max_fa and confidence must lie strictly between 0 and 1")
+    n, p = int(b.size), 1.0 - max_fa
+    r = n
+    lo, hi = 1, n  # the cdf rises with r: the smallest r with cdf(r - 1) >= confidence
+    if _binom_cdf(n - 1, n, p) >= confidence:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _binom_cdf(mid - 1, n, p) >= confidence:
+                hi = mid
+            else:
+                lo = mid + 1
+        r = lo
+    return float(min(1.0, np.nextafter(b[r - 1], np.inf)))
 
 
 def by_family(clips: Sequence[Clip], scores: Sequence[float | None]) -> dict[str, list[float]]:
