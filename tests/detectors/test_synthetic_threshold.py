@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from detectors.synthetic import build, train
+from detectors.synthetic import build, channel, train
 
 
 def test_binomial_cdf_matches_the_exact_sum() -> None:
@@ -67,3 +67,14 @@ def test_rule_takes_the_stricter_of_calls_and_windows() -> None:
         train.quantile_upper_bound([], 0.02, 0.95)
     with pytest.raises(ValueError):
         train.quantile_upper_bound([0.5], 0.0, 0.95)
+
+
+def test_only_random_conditions_are_drawn_more_than_once() -> None:
+    rng = np.random.default_rng(3)
+    speech = [(0.1 * rng.standard_normal(train.WINDOW)).astype(np.float32)]
+    # copies of a deterministic channel would count one window four times as evidence
+    for cond in ("clean", "pcmu", "pcma"):
+        assert build.draws(cond, speech) == 1
+    assert build.draws("pcmu_loss5", speech) == build.DEV_DRAWS > 1
+    assert build.draws("pcmu", []) == 1
+    assert set(channel.CONDITIONS) == {"clean", "pcmu", "pcma", "pcmu_loss5"}
