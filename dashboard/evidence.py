@@ -82,6 +82,12 @@ class EvidenceDesk:
         body: Any = await self._r.hget(self._dash.evidence_holds, call_id)
         return json.loads(body) if body is not None else None
 
+    async def tenants(self, call_id: str) -> frozenset[str]:
+        """The tenants the call's kept records name (each record is sealed with its
+        tenant, so it is known after the call's state and alerts expired); none when
+        no record is left (receipts name no tenant)."""
+        return frozenset(h.meta.tenant for h in await self.reader.present(call_id))
+
     async def for_call(self, call_id: str) -> CallEvidence:
         present = await self.reader.present(call_id)
         hold = await self.hold_of(call_id)

@@ -13,9 +13,10 @@ from fastapi import HTTPException
 
 from dashboard.auth import Principal
 from dashboard.deps import Context
+from dashboard.evidence import EvidenceDesk
 from dashboard.schemas import Health
 from dashboard.tenancy import Tenants, inside
-from detectors.alert_schema import Alert
+from detectors.alert_schema import Alert, SystemEvent
 
 
 def tenant(who: Principal, name: str) -> str:
@@ -33,6 +34,36 @@ async def call(ctx: Context, who: Principal, call_id: str) -> None:
     found = await ctx.store.call_tenant(call_id)
     if found is None or found not in who.tenants:
         raise HTTPException(404, "no such call")
+
+
+async def evidence(ctx: Context, desk: EvidenceDesk, who: Principal, call_id: str) -> None:
+    """404 unless the principal sees the tenant of the call's evidence: the tenant its
+    kept records name (each sealed with it), else the call's (its state or alerts), so
+    evidence outlives the call's state for its own tenant's reviewers. Records naming a
+    tenant the principal does not see, or none readable at all: 404 (platform-wide
+    principals excepted)."""
+    if who.tenants is None:
+        return
+    named = await desk.tenants(call_id)
+    if named:
+        if not named <= who.tenants:
+            raise HTTPException(404, "no such call")
+        return
+    await call(ctx, who, call_id)
+
+
+async def coverage(ctx: Context, who: Principal) -> list[SystemEvent]:
+    """The coverage banner's events. A node serves every tenant, so its id and its
+    call counts (every tenant's traffic) are a platform-wide principal's; a scoped one
+    is told which dimensions are below objective, once each, with no node named."""
+    found = await ctx.store.coverage_degraded()
+    if who.tenants is None:
+        return found
+    by_dimension = {e.coverage.dimension: e for e in found if e.coverage is not None}
+    return [
+        e.model_copy(update={"node_id": ""})
+        for _, e in sorted(by_dimension.items(), key=lambda kv: kv[0].value)
+    ]
 
 
 def alert(who: Principal, found: Alert | None) -> Alert:

@@ -44,7 +44,7 @@ async def call_evidence(
 ) -> dict[str, Any]:
     """What the call kept (times in UTC and as offsets from its start, expiry, hold)
     and what already expired; never the content."""
-    await scoping.call(ctx, who, call_id)
+    await scoping.evidence(ctx, desk, who, call_id)
     found = await desk.for_call(call_id)
     return {
         "call_id": call_id,
@@ -60,7 +60,7 @@ async def play_clip(
     call_id: CallId, alert_id: AlertId, who: Analyst, ctx: CtxDep, desk: DeskDep
 ) -> Response:
     """The external leg's audio around the alert, as WAV (reviewers; audited)."""
-    await scoping.call(ctx, who, call_id)
+    await scoping.evidence(ctx, desk, who, call_id)
     if not await desk.may_review(who):
         raise HTTPException(403, "needs the evidence reviewer permission (an admin grants it)")
     try:
@@ -69,6 +69,8 @@ async def play_clip(
         raise HTTPException(409, str(exc)) from None
     except ValueError as exc:
         raise HTTPException(503, f"the evidence does not open here: {exc}") from None
+    if not who.sees(meta.tenant):  # this record's own tenant, whatever the others name
+        raise HTTPException(404, "no such call")
     await ctx.audit.record(
         who,
         "evidence.play",
@@ -90,7 +92,7 @@ async def set_hold(
     call_id: CallId, body: HoldIn, who: Admin, ctx: CtxDep, desk: DeskDep
 ) -> dict[str, Any]:
     """Legal hold: the call's evidence stops expiring until the hold is lifted."""
-    await scoping.call(ctx, who, call_id)
+    await scoping.evidence(ctx, desk, who, call_id)
     if not await desk.reader.receipts(call_id):
         raise HTTPException(404, "no evidence was kept for that call")
     held = await desk.hold(call_id, who.name, mask_text(body.reason))
@@ -103,7 +105,7 @@ async def set_hold(
 @router.delete("/calls/{call_id}/hold")
 async def lift_hold(call_id: CallId, who: Admin, ctx: CtxDep, desk: DeskDep) -> dict[str, Any]:
     """Lift the hold: each record expires at its own time again (now, if past)."""
-    await scoping.call(ctx, who, call_id)
+    await scoping.evidence(ctx, desk, who, call_id)
     if not await desk.release(call_id):
         raise HTTPException(404, "that call's evidence is not on hold")
     await ctx.audit.record(who, "evidence.release", call_id)

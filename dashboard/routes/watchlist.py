@@ -115,7 +115,7 @@ async def add_entry(body: WatchlistIn, who: Analyst, ctx: CtxDep, desk: DeskDep)
     voice comes from a voiceprint file or from a call whose embedding was kept."""
     scoping.tenant(who, body.tenant)
     if body.call_id is not None:
-        await scoping.call(ctx, who, body.call_id)
+        await scoping.evidence(ctx, desk, who, body.call_id)  # outlives the call state
     vp = await _voiceprint(body, desk)
     now = _now(ctx)
     try:
