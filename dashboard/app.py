@@ -13,11 +13,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import redis
 from argon2 import PasswordHasher
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from dashboard import tenant_check
 from dashboard.audit import AuditLog
 from dashboard.auth import ApiKeyStore, Clock, RateLimiter, SessionStore, UserStore
 from dashboard.cases import CallFacts, CaseStore
@@ -128,6 +130,11 @@ def create_app(
         app.state.cases = CaseStore(client, dash)
         app.state.call_facts = CallFacts(client, dash, settings.scores_scan)
         app.state.eraser = SubjectEraser(client, keys)
+        ctx = app.state.ctx
+        with contextlib.suppress(redis.RedisError, OSError, ValueError):  # a warning only
+            tenant_check.warn(
+                await tenant_check.platform_wide_non_admins(ctx.users, ctx.api_keys, ctx.policy)
+            )
         reader = asyncio.create_task(hub.run(), name="live-feed")
         try:
             yield

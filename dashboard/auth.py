@@ -9,7 +9,10 @@
 - API keys: ``csk_<id>_<secret>``, stored as SHA-256 (high-entropy keys need no slow
   hash), each with a role.
 - Tenants: every principal may carry a tenant set (``dashboard.tenancy``); none means
-  platform-wide. Users and API keys store theirs; a session copies its user's at login.
+  platform-wide. Users and API keys store theirs; a session copies its user's at login,
+  and a password session's principal re-reads it on every request (``deps``), so an
+  admin's change (``set_tenants``) applies to the user's live sessions at once. An
+  OpenID Connect session keeps its login's claim (its user is not in the store).
 - Rate limits: fixed-window counters in Redis, shared by every dashboard process.
 """
 
@@ -131,6 +134,30 @@ class UserStore:
         body = await self._r.hget(self._k.users, name)
         return load_tenants(json.loads(body).get("tenants")) if body else None
 
+    async def current(self, name: str) -> tuple[bool, Tenants]:
+        """(whether the user exists, its tenant set): what a session re-reads."""
+        body = await self._r.hget(self._k.users, name)
+        if body is None:
+            return False, None
+        return True, load_tenants(json.loads(body).get("tenants"))
+
+    async def set_tenants(
+        self, name: str, tenants: Tenants, within: Tenants = None
+    ) -> tuple[str, Tenants] | None:
+        """Replaces the user's tenant set; (role, the old set), or None when there is
+        no such user or (with ``within``) it is not inside those tenants."""
+        found: list[tuple[str, Tenants]] = []
+
+        def change(record: dict[str, Any]) -> bool:
+            old = load_tenants(record.get("tenants"))
+            if not inside(old, within):
+                return False
+            found.append((str(record["role"]), old))
+            record["tenants"] = dump_tenants(tenants)
+            return True
+
+        return found[-1] if await _update(self._r, self._k.users, name, change) else None
+
     async def verify(self, name: str, password: str) -> Role | None:
         """The user's role when the password is right, else None (same cost either way)."""
         body = await self._r.hget(self._k.users, name)
@@ -142,9 +169,37 @@ class UserStore:
         if record is None:
             return None
         if self._hasher.check_needs_rehash(record["hash"]):
-            record["hash"] = self._hasher.hash(password)
-            await self._r.hset(self._k.users, name, json.dumps(record))
+            rehashed = self._hasher.hash(password)
+
+            def change(stored: dict[str, Any]) -> bool:
+                stored["hash"] = rehashed  # only the hash: a concurrent tenant change stays
+                return True
+
+            await _update(self._r, self._k.users, name, change)
         return Role.parse(record["role"])
+
+
+async def _update(
+    client: redis.asyncio.Redis, key: str, field: str, change: Callable[[dict[str, Any]], bool]
+) -> bool:
+    """Read-modify-write of one JSON field of a hash under WATCH (retried when another
+    writer got there first); False when the field is absent or ``change`` declines."""
+    while True:
+        async with client.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(key)
+                body = await pipe.hget(key, field)
+                if body is None:
+                    return False
+                record = json.loads(body)
+                if not change(record):
+                    return False
+                pipe.multi()  # type: ignore[no-untyped-call]
+                pipe.hset(key, field, json.dumps(record))
+                await pipe.execute()
+                return True
+            except redis.WatchError:
+                continue
 
 
 class ApiKeyStore:
@@ -195,6 +250,30 @@ class ApiKeyStore:
                     return False
                 return bool(await self._r.hdel(self._k.api_keys, digest))
         return False
+
+    async def set_tenants(
+        self, key_id: str, tenants: Tenants, within: Tenants = None
+    ) -> tuple[str, str, Tenants] | None:
+        """Replaces the key's tenant set (it applies at the key's next request); (name,
+        role, the old set), or None when there is no such key or (with ``within``) it
+        is not inside those tenants."""
+        raw = await self._r.hgetall(self._k.api_keys)
+        digest = next((d for d, b in raw.items() if json.loads(b)["id"] == key_id), None)
+        if digest is None:
+            return None
+        found: list[tuple[str, str, Tenants]] = []
+
+        def change(record: dict[str, Any]) -> bool:
+            old = load_tenants(record.get("tenants"))
+            if not inside(old, within):
+                return False
+            found.append((str(record["name"]), str(record["role"]), old))
+            record["tenants"] = dump_tenants(tenants)
+            return True
+
+        field = digest.decode() if isinstance(digest, bytes) else str(digest)
+        ok = await _update(self._r, self._k.api_keys, field, change)
+        return found[-1] if ok else None
 
     async def lookup(self, key: str) -> Principal | None:
         if not key.startswith("csk_"):

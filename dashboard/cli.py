@@ -3,9 +3,14 @@
   callshield dashboard [--listen 127.0.0.1:8080]
   callshield dashboard create-user NAME [--role admin] [--password-stdin] [--tenant T ...]
   callshield dashboard create-api-key NAME [--role viewer] [--tenant T ...]
+  callshield dashboard principals [--platform-wide]
+  callshield dashboard set-tenants (--user NAME | --api-key ID) (--tenant T ... | --platform-wide)
 
 ``--tenant`` (repeatable) limits the principal to those tenants; without it the
 principal is platform-wide (this CLI talks to Redis directly: it is the operator's).
+``principals --platform-wide`` lists the users and keys that see every tenant (those
+created before tenancy are); ``set-tenants`` replaces one's tenant set, audited as
+``cli``; a user's live sessions re-read it at their next request.
 
 Nothing heavy is imported until a command runs (the CLI root loads this module on every
 ``callshield`` invocation).
@@ -40,6 +45,21 @@ def add_parser(sub: Any, name: str) -> None:
     key.add_argument("--role", choices=_ROLES, default="viewer")
     key.add_argument("--tenant", action="append", help="limit to this tenant (repeatable)")
     key.set_defaults(run=create_api_key)
+    listing = actions.add_parser("principals", help="list users and API keys with their tenants")
+    listing.add_argument(
+        "--platform-wide", action="store_true", help="only those that see every tenant"
+    )
+    listing.set_defaults(run=list_principals)
+    scope = actions.add_parser("set-tenants", help="replace a user's or API key's tenant set")
+    target = scope.add_mutually_exclusive_group(required=True)
+    target.add_argument("--user", help="a username")
+    target.add_argument("--api-key", help="an API key's id")
+    tenants = scope.add_mutually_exclusive_group(required=True)
+    tenants.add_argument("--tenant", action="append", help="limit to this tenant (repeatable)")
+    tenants.add_argument(
+        "--platform-wide", action="store_true", help="every tenant (no tenant set)"
+    )
+    scope.set_defaults(run=set_tenants)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -134,3 +154,76 @@ def create_api_key(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def list_principals(args: argparse.Namespace) -> int:
+    from dashboard.tenancy import label
+    from dashboard.tenant_check import principals
+
+    async def go() -> list[dict[str, Any]]:
+        client, users, keys = await _stores()
+        try:
+            return await principals(users, keys)
+        finally:
+            await client.aclose()
+
+    for p in asyncio.run(go()):
+        if args.platform_wide and p["tenants"] is not None:
+            continue
+        ident = p.get("id", "-")
+        tenants = label(None if p["tenants"] is None else frozenset(p["tenants"]))
+        print(f"{p['kind']}\t{p['name']}\t{ident}\t{p['role']}\t{tenants}")
+    return 0
+
+
+def set_tenants(args: argparse.Namespace) -> int:
+    from dashboard.audit import AuditLog
+    from dashboard.keys import DashKeys
+    from dashboard.tenancy import dump_tenants, parse_tenants
+    from detectors.bus.keys import Keys
+    from detectors.bus.settings import BusSettings
+
+    async def go() -> str:
+        tenants = None if args.platform_wide else parse_tenants(args.tenant)
+        client, users, keys = await _stores()
+        audit = AuditLog(client, DashKeys(Keys(BusSettings().key_prefix)), _now, 100_000)
+        try:
+            if args.user:
+                found = await users.set_tenants(args.user, tenants)
+                if found is None:
+                    raise ValueError(f"no user {args.user!r}")
+                action, target, extra = "user.tenants", args.user, {}
+                old = found[1]
+            else:
+                got = await keys.set_tenants(args.api_key, tenants)
+                if got is None:
+                    raise ValueError(f"no API key {args.api_key!r}")
+                action, target, extra = "api_key.tenants", args.api_key, {"name": got[0]}
+                old = got[2]
+            await audit.record_as(
+                "cli",
+                "admin",
+                "cli",
+                action,
+                target,
+                audit_tenant="*",
+                tenants=dump_tenants(tenants),
+                before=dump_tenants(old),
+                **extra,
+            )
+        finally:
+            await client.aclose()
+        return f"{target}: {dump_tenants(old) or '*'} -> {dump_tenants(tenants) or '*'}"
+
+    try:
+        print(asyncio.run(go()))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _now() -> float:
+    import time
+
+    return time.time()

@@ -43,6 +43,7 @@ from detectors.bus.webhooks.admin import WebhookAdmin
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "x-csrf-token"
 CSRF_FIELD = "csrf_token"
+OIDC_USER_PREFIX = "oidc:"  # dashboard.oidc.username: never a local account's name
 
 
 @dataclass
@@ -101,9 +102,16 @@ async def authenticate(conn: HTTPConnection, ctx: Context) -> Principal | None:
     session = await ctx.sessions.load(cookie)
     if session is None:
         return None
-    return Principal(
-        session.user, session.role, "session", session.sid, session.csrf, session.tenants
-    )
+    tenants = session.tenants
+    if not session.user.startswith(OIDC_USER_PREFIX):
+        # a password session: the user's tenant set as it is now, not as at login, so
+        # an admin's change applies to every live session at once (OIDC sessions keep
+        # their login's claim: their user is not in the store)
+        exists, tenants = await ctx.users.current(session.user)
+        if not exists:
+            await ctx.sessions.delete(session.sid)
+            return None
+    return Principal(session.user, session.role, "session", session.sid, session.csrf, tenants)
 
 
 async def check_csrf(request: Request, ctx: Context, who: Principal) -> None:

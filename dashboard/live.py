@@ -23,7 +23,7 @@ import redis.asyncio
 
 from dashboard.masking import mask_ids
 from dashboard.schemas import AlertPublic
-from dashboard.tenancy import Tenants
+from dashboard.tenancy import Tenants, inside
 from detectors.alert_schema import Alert, CallEvent
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
@@ -36,11 +36,18 @@ class LiveClient:
     ``size`` messages behind is marked overflowed and gets ``None`` (the end marker,
     in a slot kept for it): its sender stops and the route closes it with 1013."""
 
-    def __init__(self, size: int, tenants: Tenants = None) -> None:
+    def __init__(self, size: int, tenants: Tenants = None, name: str = "") -> None:
         self._size = size
         self.tenants = tenants  # None: every tenant's messages
+        self.name = name  # the principal's name (``drop``)
         self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=size + 1)  # JSON text
         self.overflowed = False
+
+    def end(self) -> None:
+        """Ends the connection (as an overflow does): the client reconnects."""
+        if not self.overflowed:
+            self.overflowed = True
+            self.queue.put_nowait(None)
 
     def offer(self, message: str) -> None:
         if self.overflowed:
@@ -60,10 +67,24 @@ class LiveHub:
         self.fanned_out = 0
         self.errors = 0
 
-    def connect(self, tenants: Tenants = None) -> LiveClient:
-        client = LiveClient(self._size, tenants)
+    def connect(self, tenants: Tenants = None, name: str = "") -> LiveClient:
+        client = LiveClient(self._size, tenants, name)
         self.clients.add(client)
         return client
+
+    def drop(self, name: str) -> int:
+        """Ends ``name``'s connections (its tenants changed): they reconnect and are
+        scoped anew. This process's only; how many."""
+        mine = [c for c in self.clients if c.name == name]
+        for client in mine:
+            client.end()
+        return len(mine)
+
+    def count(self, tenants: Tenants) -> int:
+        """Connected clients a principal of ``tenants`` may know of: every one for a
+        platform-wide principal, else those scoped inside its tenants (another
+        tenant's listeners are none of its business)."""
+        return sum(1 for c in self.clients if inside(c.tenants, tenants))
 
     def disconnect(self, client: LiveClient) -> None:
         self.clients.discard(client)

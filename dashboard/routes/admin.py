@@ -1,15 +1,19 @@
 """Users, API keys and the audit log (``/api/v1``; admin only).
 
 Tenants: a principal created without ``tenants`` is platform-wide, which only a
-platform-wide admin may create; a tenant-scoped admin creates, lists and revokes only
-principals inside its own tenants, and reads only its tenants' audit entries.
+platform-wide admin may create; a tenant-scoped admin creates, lists, re-scopes and
+revokes only principals inside its own tenants, and reads only its tenants' audit
+entries. Re-scoping (``PUT .../tenants``) follows the creation rules; the user's live
+sessions re-read their tenants on every request, so it applies at once, and the user's
+or key's live-feed sockets on this process are closed (they reconnect, re-scoped).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Path
+from pydantic import BaseModel, ConfigDict, Field
 
 from dashboard import scoping
 from dashboard.auth import Principal, Role
@@ -29,6 +33,17 @@ def _tenants(who: Principal, values: list[str] | None) -> Tenants:
 
 
 router = APIRouter(tags=["admin"])
+
+
+class TenantsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # None or empty: platform-wide (only a platform-wide admin may set that)
+    tenants: list[str] | None = Field(max_length=64)
+
+
+UserName = Annotated[str, Path(pattern=r"^[A-Za-z0-9._@-]{1,64}$")]
+KeyId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$")]
 
 
 @router.get("/users")
@@ -51,6 +66,25 @@ async def create_user(body: UserIn, who: Admin, ctx: CtxDep) -> dict[str, Any]:
     return {"username": body.username, "role": body.role, "tenants": dump_tenants(tenants)}
 
 
+@router.put("/users/{username}/tenants")
+async def set_user_tenants(
+    username: UserName, body: TenantsIn, who: Admin, ctx: CtxDep
+) -> dict[str, Any]:
+    """Replace a user's tenant set (as at creation: within the admin's own tenants;
+    platform-wide only by a platform-wide admin). Applies to the user's live sessions
+    at their next request; audited with the old set."""
+    tenants = _tenants(who, body.tenants)
+    found = await ctx.users.set_tenants(username, tenants, within=who.tenants)
+    if found is None:
+        raise HTTPException(404, "no such user")
+    role, old = found
+    ctx.hub.drop(username)
+    await ctx.audit.record(
+        who, "user.tenants", username, tenants=dump_tenants(tenants), before=dump_tenants(old)
+    )
+    return {"username": username, "role": role, "tenants": dump_tenants(tenants)}
+
+
 @router.get("/api-keys")
 async def list_api_keys(who: Admin, ctx: CtxDep) -> list[dict[str, Any]]:
     """Every API key (ids, names, roles and tenants; never the keys); a scoped admin:
@@ -71,6 +105,29 @@ async def create_api_key(body: ApiKeyIn, who: Admin, ctx: CtxDep) -> ApiKeyCreat
         who, "api_key.create", key_id, name=body.name, role=body.role, tenants=dump_tenants(tenants)
     )
     return ApiKeyCreated(id=key_id, key=key)
+
+
+@router.put("/api-keys/{key_id}/tenants")
+async def set_api_key_tenants(
+    key_id: KeyId, body: TenantsIn, who: Admin, ctx: CtxDep
+) -> dict[str, Any]:
+    """Replace an API key's tenant set (the same rules as for users); applies at the
+    key's next request; audited with the old set."""
+    tenants = _tenants(who, body.tenants)
+    found = await ctx.api_keys.set_tenants(key_id, tenants, within=who.tenants)
+    if found is None:
+        raise HTTPException(404, "no such API key")
+    name, role, old = found
+    ctx.hub.drop(f"key:{name}")
+    await ctx.audit.record(
+        who,
+        "api_key.tenants",
+        key_id,
+        name=name,
+        tenants=dump_tenants(tenants),
+        before=dump_tenants(old),
+    )
+    return {"id": key_id, "name": name, "role": role, "tenants": dump_tenants(tenants)}
 
 
 @router.delete("/api-keys/{key_id}")

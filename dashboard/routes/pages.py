@@ -11,8 +11,8 @@ from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from dashboard import chart, scoping
-from dashboard.auth import Principal
+from dashboard import chart, scoping, tenant_check
+from dashboard.auth import Principal, Role
 from dashboard.deps import CtxDep, PageAdmin, PageViewer
 from dashboard.evidence import evidence_view
 from dashboard.routes.auth import log_in, set_session_cookie
@@ -114,7 +114,7 @@ async def calls_page(
         band=filters.band,
         filters=filters,
         page="calls",
-        coverage_degraded=await ctx.store.coverage_degraded(),
+        coverage_degraded=await scoping.coverage(ctx, who),
     )
 
 
@@ -141,7 +141,7 @@ async def alerts_page(
         band=band,
         tenant=tenant,
         page="alerts",
-        coverage_degraded=await ctx.store.coverage_degraded(),
+        coverage_degraded=await scoping.coverage(ctx, who),
     )
 
 
@@ -169,14 +169,19 @@ async def call_page(request: Request, call_id: str, who: PageViewer, ctx: CtxDep
 @router.get("/system")
 async def system_page(request: Request, who: PageViewer, ctx: CtxDep) -> Response:
     found = await scoping.health(ctx, who, await ctx.store.health())
+    exposed: list[str] = []  # the misconfiguration, for platform-wide admins only
+    if who.role >= Role.ADMIN and who.tenants is None and found.redis_ok:
+        wide = await tenant_check.platform_wide_non_admins(ctx.users, ctx.api_keys, ctx.policy)
+        exposed = [tenant_check.describe(p) for p in wide]
     return render(
         request,
         "system.html",
         who,
         health=found,
-        clients=len(ctx.hub.clients),
+        platform_wide=exposed,
+        clients=ctx.hub.count(who.tenants),
         page="system",
-        coverage_degraded=await ctx.store.coverage_degraded(),
+        coverage_degraded=await scoping.coverage(ctx, who),
     )
 
 

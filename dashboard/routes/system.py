@@ -29,7 +29,7 @@ async def health() -> dict[str, str]:
 async def system_health(who: Viewer, ctx: CtxDep) -> Health:
     """Redis reachable, stream lengths, ages and consumer-group lag, live-feed state."""
     found = await ctx.store.health()
-    found.live_feed_clients = len(ctx.hub.clients)
+    found.live_feed_clients = ctx.hub.count(who.tenants)
     last = found.streams.get("alerts")
     if last is not None and last.last_id and ctx.hub.last_alert_id is not None:
         found.live_feed_behind = int(last.last_id != ctx.hub.last_alert_id)
@@ -62,7 +62,7 @@ async def live(websocket: WebSocket) -> None:
         await websocket.close(code=1008)
         return
     await websocket.accept()
-    client = ctx.hub.connect(who.tenants)
+    client = ctx.hub.connect(who.tenants, who.name)
     tasks = (
         asyncio.ensure_future(_send(websocket, client)),
         asyncio.ensure_future(_until_disconnect(websocket)),

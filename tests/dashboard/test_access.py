@@ -56,6 +56,8 @@ API: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/api/v1/api-keys", None, "admin"),
     ("POST", "/api/v1/api-keys", {"name": "pbx", "role": "viewer"}, "admin"),
     ("DELETE", "/api/v1/api-keys/nope", None, "admin"),
+    ("PUT", "/api/v1/users/{username}/tenants", {"tenants": ["acme"]}, "admin"),
+    ("PUT", "/api/v1/api-keys/nope/tenants", {"tenants": ["acme"]}, "admin"),
     ("GET", "/api/v1/audit", None, "admin"),
     ("GET", "/api/v1/allowlist", None, "analyst"),
     ("POST", "/api/v1/allowlist", {"entries": []}, "admin"),
@@ -122,7 +124,7 @@ def _seed(dash: Dash) -> None:
 def _path(path: str) -> str:
     path = path.replace("{system}", "asterisk").replace("{external_id}", "1764504000.42")
     path = path.replace("{entry_id}", "wl_0123456789abcdef").replace("{subject}", "acct-1")
-    path = path.replace("{ref}", "acct-1")
+    path = path.replace("{ref}", "acct-1").replace("{username}", "viewer")
     path = path.replace("{cand_id}", "c0ffee")
     path = path.replace("{endpoint_id}", "ep_0123456789abcdef")
     path = path.replace("{event_id}", f"{ALERT_ID}.r1")
