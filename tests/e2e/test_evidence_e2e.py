@@ -50,7 +50,7 @@ from tests.bus.redis_dump import dump_files, dump_keys
 
 I16 = npt.NDArray[np.int16]
 SECONDS = 7.0
-TTL_S = 30  # long enough for a loaded CI box to reach the hold before expiry
+TTL_S = 40  # long enough for a loaded CI box to reach the hold before expiry
 
 
 def _marked(speech: I16, dbfs: float = -20.0) -> I16:
@@ -232,6 +232,23 @@ def test_clips_playback_hold_expiry_enrol_and_cases(
     assert kinds == {"clip", "embedding"} and not listed["may_play"]
     clip = next(i for i in listed["items"] if i["kind"] == "clip")
     assert clip["alert_id"] == alerts[c1].alert_id and 0 < clip["ttl_s"] <= TTL_S
+
+    # --- legal hold on call 1 at once (before the TTL runs out on a loaded box); call 2's
+    # evidence expires with its TTL
+    held = tc.put(
+        f"/api/v1/evidence/calls/{c1}/hold", json={"reason": "matter 2026-77"}, headers=h["admin"]
+    )
+    assert held.status_code == 200 and held.json()["held"] == 2
+    assert (
+        tc.put(
+            f"/api/v1/evidence/calls/{c1}/hold", json={"reason": "x" * 5}, headers=h["ana"]
+        ).status_code
+        == 403
+    )
+    assert client.ttl(keys.evidence(c1, f"clip:{clip['alert_id']}")) == -1
+    c2_clip = keys.evidence(c2, f"clip:{alerts[c2].alert_id}")
+    assert 0 < client.ttl(c2_clip) <= TTL_S
+
     assert tc.get(f"/api/v1/evidence/calls/{c1}", headers=h["view"]).status_code == 403
     audio_url = f"/api/v1/evidence/calls/{c1}/clips/{clip['alert_id']}/audio"
     assert tc.get(audio_url, headers=h["ana"]).status_code == 403  # no reviewer grant
@@ -260,21 +277,6 @@ def test_clips_playback_hold_expiry_enrol_and_cases(
     blob = dump_keys(client) + dump_files(Path(client.config_get("dir")["dir"]))
     pieces = [pcm[k : k + 400].tobytes() for k in range(8000, pcm.size - 400, 4000)]
     assert pieces and not [p for p in pieces if np.any(np.frombuffer(p, "<i2")) and p in blob]
-
-    # --- legal hold on call 1; call 2's evidence expires with its TTL -------------------
-    held = tc.put(
-        f"/api/v1/evidence/calls/{c1}/hold", json={"reason": "matter 2026-77"}, headers=h["admin"]
-    )
-    assert held.status_code == 200 and held.json()["held"] == 2
-    assert (
-        tc.put(
-            f"/api/v1/evidence/calls/{c1}/hold", json={"reason": "x" * 5}, headers=h["ana"]
-        ).status_code
-        == 403
-    )
-    assert client.ttl(keys.evidence(c1, f"clip:{clip['alert_id']}")) == -1
-    c2_clip = keys.evidence(c2, f"clip:{alerts[c2].alert_id}")
-    assert 0 < client.ttl(c2_clip) <= TTL_S
 
     # --- a fraudster from the call, while its embedding lives ---------------------------
     entry = {
