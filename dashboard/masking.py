@@ -4,9 +4,12 @@ A phone number here is a run of 7 to 15 digits, optionally with a leading ``+`` 
 spaces, dashes or parentheses between them (no dots: ``1764504000.42`` is an Asterisk
 linkedid, not a number). A field "is" a phone number when all of it is such a run.
 Masking keeps the ``+`` and the last three digits (``+•••••••••567``): enough to tell
-two numbers apart in triage, not enough to call anyone. ``RedactingFilter`` applies the
-same rule to every log record the dashboard's process emits, as a second line of
-defence behind "never log them".
+two numbers apart in triage, not enough to call anyone. CallShield's own opaque ids
+(``wl_c7fff0c3606552bb``, ``call_…``, ``al_…``: a short lower-case prefix, ``_``, 16 or
+more hex digits with at least one letter) are left whole, even where their hex holds a
+run of digits: an analyst must be able to read which watchlist entry a reason names.
+``RedactingFilter`` applies the same rule to every log record the dashboard's process
+emits, as a second line of defence behind "never log them".
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from collections.abc import Mapping
 from typing import Final
 
 PHONE_RE: Final = re.compile(r"\+?\(?\d[\d ()\-]{5,22}\d")
+OPAQUE_ID_RE: Final = re.compile(
+    r"(?<![A-Za-z0-9_])[a-z]{1,6}_(?=[0-9a-f]*[a-f])[0-9a-f]{16,64}(?![A-Za-z0-9_])"
+)
 _KEEP: Final = 3
 _DOT: Final = "•"
 
@@ -31,8 +37,15 @@ def _mask_match(match: re.Match[str]) -> str:
 
 
 def mask_text(text: str) -> str:
-    """``text`` with every phone-number-like run masked."""
-    return PHONE_RE.sub(_mask_match, text)
+    """``text`` with every phone-number-like run masked (opaque ids left whole)."""
+    out: list[str] = []
+    done = 0
+    for ident in OPAQUE_ID_RE.finditer(text):
+        out.append(PHONE_RE.sub(_mask_match, text[done : ident.start()]))
+        out.append(ident.group(0))
+        done = ident.end()
+    out.append(PHONE_RE.sub(_mask_match, text[done:]))
+    return "".join(out)
 
 
 def is_phone_number(value: str) -> bool:
@@ -52,7 +65,8 @@ def mask_ids(values: Mapping[str, str]) -> dict[str, str]:
 
 
 def has_phone_number(text: str) -> bool:
-    return any(7 <= sum(c.isdigit() for c in m.group(0)) <= 15 for m in PHONE_RE.finditer(text))
+    bare = OPAQUE_ID_RE.sub(" ", text)
+    return any(7 <= sum(c.isdigit() for c in m.group(0)) <= 15 for m in PHONE_RE.finditer(bare))
 
 
 class RedactingFilter(logging.Filter):

@@ -25,6 +25,12 @@ def test_masking_rules() -> None:
         "sid": "CA12ab",
     }
     assert not has_phone_number("alert al_3f2a revision 2 score 0.93")
+    # our own ids stay readable even where their hex holds a digit run (CI saw a reason's
+    # watchlist entry shown as wl_c7fff0c••••552bb); a number next to one is still masked
+    entry = "watchlist entry wl_c7fff0c3606552bb: s-norm 6.18 over call_0123456789abcdef"
+    assert mask_text(entry) == entry and not has_phone_number(entry)
+    assert mask_text("wl_c7fff0c3606552bb +15551234567") == "wl_c7fff0c3606552bb +••••••••567"
+    assert mask_text("ani_15551234567000") == "ani_•••••••••••000"  # no hex letter: no id
 
 
 def test_queue_triage_and_labels(dash: Dash) -> None:
