@@ -12,8 +12,11 @@ and Silero VAD gating the frame bank when installed there), at their manifests' 
 unless ``--hop`` is given; the directory must hold a synthetic_voice model. Calls are
 added in steps; each step runs ``--step-seconds`` and reports detector queue wait, tick
 lag (how late each 20 ms tick started), CPU per call and window outcomes. The ramp stops at the
-first step where queue wait p99 > 250 ms, tick lag p99 > 5 ms or any window was
-unavailable (``--keep-going``: on to ``--max-calls``, each step naming the criteria it
+first step where queue wait p99 > 250 ms, tick lag p99 > 5 ms, any window was
+unavailable or admission did not analyse a call (``refused``: calls join through
+admission's cost estimate as on the bridge, and a refused call is never scored, so the
+step's figures would describe fewer calls than it names; ``calls_analysed`` says how
+many were) (``--keep-going``: on to ``--max-calls``, each step naming the criteria it
 failed); the knee is the last step before the first failure. In the same run, the synthetic-voice
 model's throughput with batches of ``--max-batch`` is measured against batch 1 (the
 same worker threads, back to back).
@@ -124,6 +127,9 @@ class _Stats:
         self.waits: list[float] = []
         self.batches: list[int] = []
         self.outcomes: dict[str, int] = {}
+        # calls admission did not analyse (call id -> reason): they stay in every later
+        # step's call count, so each later step carries them too
+        self.refused: dict[str, str] = {}
 
     def observe(self, name: str, size: int, run_s: float, waits: list[float]) -> None:
         with self.lock:
@@ -350,7 +356,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "step_seconds": args.step_seconds,
             "talk_ratio": 0.5,
             "legs_per_call": 2,
-            "criteria": "queue wait p99 <= 250 ms, tick lag p99 <= 5 ms, no unavailable window",
+            "criteria": (
+                "queue wait p99 <= 250 ms, tick lag p99 <= 5 ms, no unavailable window, "
+                "every call analysed"
+            ),
         },
         "warm_up_s": warm_s,
         "knee_calls": knee,
@@ -361,8 +370,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _join(rt: DetectorRuntime, cid: str, new: list[_Leg]) -> None:
-    rt.open_call(cid)
+def _join(rt: DetectorRuntime, cid: str, new: list[_Leg], stats: _Stats) -> None:
+    """Opens the call through admission as the bridge does; a call it does not analyse
+    (capacity estimate or queue wait) is recorded, and its legs stay unregistered."""
+    decision = rt.open_call(cid)
+    if not decision.analysed:
+        with stats.lock:
+            stats.refused[cid] = decision.reason or "not analysed"
+        return
     rt.add_leg(cid, new[0].sid, "caller", LegRole.EXTERNAL)
     rt.add_leg(cid, new[1].sid, "agent", LegRole.INTERNAL)
 
@@ -399,7 +414,7 @@ def _run_step(
             now = time.monotonic_ns()
         lags.append((now - due) / 1e6)
         while joins and joins[0][0] <= tick:
-            _join(rt, joins[0][1], joins[0][2])
+            _join(rt, joins[0][1], joins[0][2], stats)
             joins.pop(0)
         for i, leg in enumerate(legs):
             leg.feed(now)
@@ -418,6 +433,7 @@ def _run_step(
         waits = [w * 1000 for w in stats.waits]
         outcomes = dict(stats.outcomes)
         batches = list(stats.batches)
+        refused = dict(stats.refused)
     wait_s = summarize(waits, "ms")
     lag_s = summarize(lags, "ms")
     unavailable = outcomes.get("unavailable", 0)
@@ -427,13 +443,21 @@ def _run_step(
             ("queue_wait_p99", wait_s.get("p99", 0.0) > 250.0),
             ("tick_lag_p99", lag_s.get("p99", 0.0) > 5.0),
             ("unavailable", unavailable > 0),
+            # a step whose calls admission would not analyse did not score them: its
+            # other figures describe fewer calls than the step names
+            ("refused", bool(refused)),
         )
         if bad
     ]
     n_calls = len(legs) // 2
+    reasons: dict[str, int] = {}
+    for why in refused.values():
+        reasons[why] = reasons.get(why, 0) + 1
     return {
         "ok": not failed,
         "failed": failed,
+        "calls_analysed": n_calls - len(refused),
+        "refused_reasons": reasons,
         "queue_wait": wait_s,
         "tick_lag": lag_s,
         "tick_work": summarize(work, "ms"),
