@@ -58,19 +58,8 @@ Origin = Literal[
     "whip_request",
     "connect_request",
 ]
-Source = Literal[
-    "sip_header",
-    "siprec_metadata",
-    "api",
-    "twilio_parameter",
-    "audiohook_open",
-    "audio_fork_metadata",
-    "whip_request",
-    "connect_request",
-    "dnis_prefix",
-    "sip_source",
-    "default",
-]
+# what decided a call's tenant: an explicit origin, or a mapping step, or the default
+Source = Origin | Literal["dnis_prefix", "sip_source", "default"]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
