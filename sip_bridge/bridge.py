@@ -30,6 +30,7 @@ from sip_bridge.adapters.audiosocket_calls import AudioSocketCalls
 from sip_bridge.api_app import build_api
 from sip_bridge.api_server import ApiServer
 from sip_bridge.bridge_metrics import IngestCollector, SipCollector, TenantCollector
+from sip_bridge.call_state import CallStateCollector
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
@@ -96,6 +97,7 @@ class Bridge:
                 TrustStore.load(s.stir_ca_dir, s.stir_cert_cache) if s.stir_ca_dir else None
             ),
             tenant_header=s.tenant_header,
+            call_state_header=s.call_state_header,
         )
         self.uas = SipUas(self.controller, config)
         tls = None
@@ -116,6 +118,7 @@ class Bridge:
             registry.register(IngestCollector(self.ingest.counters))
             registry.register(SipCollector(self.uas.stats))
             registry.register(TenantCollector(self.tenants.snapshot))
+            registry.register(CallStateCollector(self.controller.call_states.snapshot))
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
 

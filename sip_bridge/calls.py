@@ -8,6 +8,10 @@ DNIS, SIPREC participants, codec per leg, the caller identity inputs) and hands
 number-free identity summary on all but ``ended``) to a :class:`CallPublisher`
 (:class:`MemoryPublisher` keeps them in a list).
 
+Early media (issue 10): a call is early (scored, never alerting) while SIPREC metadata
+or the PBX's own word (``sip_bridge.call_state``: a SIP header, the control API) says it
+is not answered yet; one state, whoever said it last, and once answered it stays so.
+
 SIPREC metadata updates merge into the call's metadata (partial updates change what
 they name); a leg whose sending participant changes (a transfer, re-anchoring) keeps
 its id and is analysed under its new role, its RTP source lock re-armed with probation
@@ -28,6 +32,7 @@ from typing import Literal, Protocol
 from detectors.alert_schema import CallEvent, LegRole
 from native.ingest import PayloadType
 from native.srtp import SrtpKey
+from sip_bridge.call_state import CallStates, StateHint, Verdict, judge
 from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.offer_answer import NegotiatedStream
@@ -101,7 +106,7 @@ class Call:
     identity: CallerIdentity | None = None  # numbers inside: bridge memory only
     metadata: RecordingMetadata | None = None  # SIPREC, every update merged in
     caller_participant: str = ""  # SIPREC participant id of the external party
-    early_media: bool = False  # the recorded call is not answered yet (SIPREC metadata)
+    early_media: bool = False  # not answered yet (SIPREC metadata, sip_bridge.call_state)
     tenant: str = "default"  # decided when the call starts (sip_bridge.tenant)
     tenant_source: str = "default"  # which step decided it
 
@@ -150,6 +155,7 @@ class CallSetup:
     identity: CallerIdentity | None = None
     tenant_hints: tuple[Hint, ...] = ()  # explicit tenant values, in priority order
     source: str = ""  # the signalling peer's address (tenant mapping by trunk)
+    call_state: StateHint | None = None  # the PBX's word: early media until answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +202,13 @@ class CallController:
         publisher: CallPublisher,
         admission: CallAdmission | None = None,
         tenants: TenantResolver | None = None,
+        call_states: CallStates | None = None,
     ) -> None:
         self.media = media
         self.publisher = publisher
         self.admission = admission
         self.tenants = tenants or TenantResolver()
+        self.call_states = call_states or CallStates()
         self.calls: dict[str, Call] = {}
         self.draining = False
 
@@ -228,6 +236,7 @@ class CallController:
         )
         if metadata is not None:
             self._apply_metadata(call, metadata)
+        self._apply_state(call, setup.call_state, starting=True)
         self._resolve_tenant(call, setup)
         admitted = self.admission is not None and not unanalyzed
         if admitted and self.admission is not None:
@@ -266,6 +275,7 @@ class CallController:
             dict(setup.external_ids),
             unanalyzed=unanalyzed,
         )
+        self._apply_state(call, setup.call_state, starting=True)
         self._resolve_tenant(call, setup)
         admitted = self.admission is not None and not unanalyzed
         if admitted and self.admission is not None:
@@ -318,12 +328,15 @@ class CallController:
         call_id: str,
         streams: list[NegotiatedStream] | None,
         metadata: RecordingMetadata | None = None,
+        call_state: StateHint | None = None,
     ) -> dict[int, int]:
-        """A re-INVITE/UPDATE: new streams, codecs, ports, direction or metadata."""
+        """A re-INVITE/UPDATE: new streams, codecs, ports, direction, metadata or call
+        state (one event for all of it)."""
         call = self.calls[call_id]
         was_held = bool(call.legs) and all(leg.paused for leg in call.legs.values())
         if metadata is not None:
             self._apply_metadata(call, metadata)
+        self._apply_state(call, call_state, starting=False)
         if streams is None:
             ports = {leg.index: leg.local_port for leg in call.legs.values()}
             self._assign_roles(call, metadata)
@@ -337,6 +350,25 @@ class CallController:
         else:
             self._emit(call, "updated", "")
         return ports
+
+    def set_call_state(self, call_id: str, hint: StateHint) -> Verdict:
+        """The PBX's word on a live call (SIP INFO, the control API), nothing else
+        changing: counted, applied, ``updated`` emitted when the call was answered now.
+        KeyError: no such call."""
+        call = self.calls[call_id]
+        was_early = call.early_media
+        verdict = self._apply_state(call, hint, starting=False)
+        if was_early != call.early_media:
+            self._emit(call, "updated", "answered")
+        return verdict
+
+    def check_call_state(self, call_id: str | None, hint: StateHint) -> Verdict:
+        """How ``hint`` would be judged for a live call (None: a call about to start),
+        without counting or applying it (the control API refuses before changing
+        anything; it counts the refusal with ``call_states.count``)."""
+        call = self.calls.get(call_id) if call_id is not None else None
+        early = call.early_media if call is not None else False
+        return judge(hint, early_now=early, starting=call is None)
 
     def end_call(self, call_id: str, reason: str) -> None:
         call = self.calls.pop(call_id, None)
@@ -413,12 +445,24 @@ class CallController:
         self._assign_roles(call, metadata)
         return ports
 
+    def _apply_state(self, call: Call, hint: StateHint | None, *, starting: bool) -> Verdict:
+        """The PBX's call state (``sip_bridge.call_state``): judged, counted, applied;
+        ``early`` only at the start or while still early (never back after answer)."""
+        if hint is None:
+            return Verdict()
+        verdict = judge(hint, early_now=call.early_media, starting=starting)
+        self.call_states.count(hint, verdict, call.call_id)
+        if verdict.state is not None:
+            call.early_media = verdict.state == "early"
+        return verdict
+
     def _apply_metadata(self, call: Call, update: RecordingMetadata) -> None:
         previous = call.metadata
         merged = previous.merged(update) if previous is not None else update
         call.caller_participant = merged.caller_id(call.caller_participant, previous)
         call.metadata = merged
-        call.early_media = merged.early
+        if update.call_state:  # an update without it keeps the call's state
+            call.early_media = update.early
         call.participants = [(p.aor, p.name) for p in merged.participants]
         if merged.session_ids and call.correlation_id is None:
             call.correlation_id = merged.session_ids[0]

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sip_bridge.sip.trust import PeerTrust
@@ -125,6 +125,10 @@ class Settings(BaseSettings):
     # SIPREC metadata extension element named tenant; the control API's "tenant"), then
     # tenant_by_dnis_prefix, then tenant_by_source, then tenant_default
     tenant_header: str = "X-CallShield-Tenant"
+    # early media (sip_bridge.call_state, docs/alerts.md): this SIP header on the INVITE
+    # says the forked call is not answered yet ("early"), on a re-INVITE, UPDATE or INFO
+    # that it was ("answered"); until then its windows never alert. "" = not read
+    call_state_header: str = "X-CallShield-Call-State"
     # the tenant of calls nothing else names (a tenant id, ^[a-z0-9][a-z0-9_-]{0,31}$)
     tenant_default: str = "default"
     # comma-separated tenant ids; when set, an explicit value outside it (and outside
@@ -165,11 +169,11 @@ class Settings(BaseSettings):
             raise ValueError("sip_tls_listen and sip_tls_ca need sip_tls_cert and sip_tls_key")
         return self
 
-    @field_validator("tenant_header")
+    @field_validator("tenant_header", "call_state_header")
     @classmethod
-    def _tenant_header(cls, value: str) -> str:
+    def _header_name(cls, value: str, info: ValidationInfo) -> str:
         if value and not HEADER_NAME_RE.fullmatch(value):
-            raise ValueError(f"tenant_header {value!r} is not a SIP header name")
+            raise ValueError(f"{info.field_name} {value!r} is not a SIP header name")
         return value
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
+from sip_bridge.call_state import StateHint
 from sip_bridge.sip.body import RequestBody
 from sip_bridge.sip.fields import NameAddr, Via
 from sip_bridge.sip.identity import CallerIdentity
@@ -32,6 +33,7 @@ REASONS = {
     416: "Unsupported URI Scheme",
     420: "Bad Extension",
     422: "Session Interval Too Small",
+    469: "Bad Info Package",
     481: "Call/Transaction Does Not Exist",
     486: "Busy Here",
     487: "Request Terminated",
@@ -152,6 +154,7 @@ class Dialog:
     identity: CallerIdentity | None = None
     late_offer: str = ""  # "initial"/"reinvite": our 2xx has the offer, the ACK the answer
     reliable: ReliableProvisional | None = None  # RFC 3262: a 1xx awaiting its PRACK
+    pending_state: StateHint | None = None  # an INFO's call state before the answer
 
     @property
     def key(self) -> tuple[str, str, str]:

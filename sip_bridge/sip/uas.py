@@ -5,12 +5,17 @@ shell that feeds it datagrams and stream-framed messages and runs :meth:`SipUas.
 
 Methods: INVITE (100 Trying, optional 180 + delayed answer for plain SIP, 200 with the
 SDP answer), ACK, BYE, CANCEL (487 to the INVITE), OPTIONS (503 while draining),
-UPDATE and re-INVITE (hold, codec/port change, SIPREC metadata), INFO, PRACK; other
-methods get 405/501. An INVITE without SDP (late offer) gets our offer in the 200 and
-its answer is read from the ACK (none: BYE, ``no_answer_in_ack``). With ``Require:
-100rel`` the 180 is sent reliably (RFC 3262: RSeq, retransmitted until its PRACK).
+UPDATE and re-INVITE (hold, codec/port change, SIPREC metadata, call state), INFO
+(legacy, RFC 6086 §2: the call-state header; one naming an Info-Package gets 469, we
+receive none), PRACK; other methods get 405/501. An INVITE without SDP (late offer)
+gets our offer in the 200 and its answer is read from the ACK (none: BYE,
+``no_answer_in_ack``). With ``Require: 100rel`` the 180 is sent reliably (RFC 3262:
+RSeq, retransmitted until its PRACK).
 Each INVITE's caller identity inputs (From, PAI, STIR/SHAKEN, Diversion, History-Info)
 are read once, the PASSporT verified against the configured trust store.
+Early media (``sip_bridge.call_state``): the INVITE's ``call_state_header`` says the
+forked call is not answered yet; the same header on a re-INVITE, UPDATE or INFO says it
+was answered. A bad value is counted and ignored, the request answered as without it.
 Draining (SIGTERM): plain INVITEs get 503 + Retry-After; SIPREC is still answered and
 marked ``unanalyzed:capacity`` (DESIGN §8).
 """
@@ -25,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+from sip_bridge.call_state import StateHint
 from sip_bridge.calls import CallController, CallSetup
 from sip_bridge.media import CapacityError
 from sip_bridge.sip.body import RequestBody, read_body
@@ -90,6 +96,7 @@ class UasConfig:
     trust_store: TrustStore | None = None  # STIR/SHAKEN (None: PASSporTs unverified)
     wall_clock: Callable[[], float] = time.time  # PASSporT iat freshness
     tenant_header: str = "X-CallShield-Tenant"  # the PBX's explicit tenant ("" = not read)
+    call_state_header: str = "X-CallShield-Call-State"  # early media ("" = not read)
 
 
 class SipUas:
@@ -247,6 +254,18 @@ class SipUas:
             hints.append(Hint("siprec_metadata", (metadata.tenant,)))
         return tuple(hints)
 
+    def _call_state(self, req: SipRequest) -> StateHint | None:
+        """The request's call-state header (None: absent or not read), comma lists
+        split. ``P-Early-Media`` is counted, never read as a state (module doc of
+        ``sip_bridge.call_state``)."""
+        if req.headers.get("P-Early-Media") is not None:
+            self.stats["p_early_media_ignored"] += 1
+        name = self.config.call_state_header
+        raw = req.headers.get_all(name) if name else []
+        if not raw:
+            return None
+        return StateHint("sip_header", tuple(p for v in raw for p in v.split(",")))
+
     def _answer(self, dialog: Dialog, now: float) -> list[Outgoing]:
         dialog.answer_at = None
         dialog.reliable = None  # answered: stop retransmitting the 180 (RFC 3262 §3)
@@ -260,6 +279,7 @@ class SipUas:
             identity=dialog.identity,
             tenant_hints=self._tenant_hints(req, dialog.metadata),
             source=tx.peer.host,
+            call_state=self._call_state(req),
         )
         try:
             call, ports = self.controller.start_call(
@@ -273,6 +293,9 @@ class SipUas:
             dialog.streams = [replace(s, accepted=False) for s in dialog.streams]
             call, ports = self.controller.start_call(setup, dialog.streams, None, "capacity")
         dialog.call_id = call.call_id
+        if dialog.pending_state is not None:
+            self.controller.set_call_state(call.call_id, dialog.pending_state)
+            dialog.pending_state = None
         dialog.sdp_session = int(now * 1000) & 0x7FFFFFFF
         if dialog.offer is None:  # late offer: this is our offer
             dialog.answer = build_offer(
@@ -320,7 +343,9 @@ class SipUas:
                 streams = negotiate(body.sdp)
             except NotAcceptableError:
                 return [self._reply(tx, 488, now)]
-        ports = self.controller.update_call(dialog.call_id, streams, body.metadata)
+        ports = self.controller.update_call(
+            dialog.call_id, streams, body.metadata, self._call_state(req)
+        )
         if body.metadata is not None:
             dialog.metadata = body.metadata
         if streams is not None and body.sdp is not None:
@@ -420,7 +445,26 @@ class SipUas:
         return [self._reply(tx, 200, now, to_tag=new_tag(), extra=extra)]
 
     def _on_info(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
-        return [self._reply(tx, 200 if self._dialog_of(req) else 481, now)]
+        """Legacy INFO (RFC 6086 §2; no ``Info-Package``) in a dialog: 200, the
+        call-state header applied. We announce no ``Recv-Info``, so an INFO naming a
+        package gets 469 with an empty ``Recv-Info`` (§4.2.2, §5.2.3); a stale CSeq gets
+        500 (RFC 3261 §12.2.2). Neither touches the call or its media."""
+        dialog = self._dialog_of(req)
+        if dialog is None:
+            return [self._reply(tx, 481, now)]
+        cseq, _ = parse_cseq(req.headers.get("CSeq") or "")
+        if cseq <= dialog.remote_cseq:
+            return [self._reply(tx, 500, now, extra=[("Retry-After", "1")])]
+        dialog.remote_cseq = cseq
+        if req.headers.get("Info-Package") is not None:
+            self.stats["info_package_refused"] += 1
+            return [self._reply(tx, 469, now, extra=[("Recv-Info", "")])]
+        hint = self._call_state(req)
+        if hint is not None and dialog.call_id:
+            self.controller.set_call_state(dialog.call_id, hint)
+        elif hint is not None:  # an early dialog (answer_delay): applied once answered
+            dialog.pending_state = hint
+        return [self._reply(tx, 200, now)]
 
     def _on_prack(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
         """RFC 3262 §3: a PRACK whose RAck names our pending reliable provisional stops

@@ -1,0 +1,166 @@
+"""Whether a monitored call is answered yet, as the PBX says it (issue 10: early media).
+
+A PBX that forks a call to the bridge before it is answered (ringback, announcements,
+an IVR the caller talks to before an agent answers) says so, and later says that it
+was answered; until then the call's windows are scored and published but never alert,
+and after it windows starting before the answer point still never count (the runtime's
+``mark_early_media``/``answered``, fed by :class:`sip_bridge.calls.Call`'s
+``early_media``). A call that says nothing has no early phase.
+
+Where it is said (each an *origin*, counted apart):
+
+- ``sip_header``: a header on the INVITE (``call_state_header``, default
+  ``X-CallShield-Call-State``), then the same header on an in-dialog re-INVITE, UPDATE
+  or INFO to say ``answered``;
+- ``api``: the control API's ``call_state`` (create, PATCH) and
+  ``PUT /v1/calls/{id}/call-state`` (any live call).
+
+Values, trimmed and case-insensitive: ``early`` and the SIPREC extension's early words
+(``alerting``, ``ringing``, ``progress``, ``proceeding``), Asterisk's ``ring``; and
+``answered``, ``answer``, ``up`` (Asterisk's ``${CHANNEL(state)}``), ``connected``,
+``confirmed``, ``active``. Anything else is refused: counted by origin and reason
+(``malformed``: not a word of letters, ``-`` and ``_`` up to 32 characters;
+``unknown``: a word not listed; ``conflicting``: two different states at once;
+``after_answer``: ``early`` for a call that is already answered, which cannot go back)
+and ignored, the call going on as if nothing had been said. SIP never refuses a call
+or an update for it; the control API answers 422 (409 for ``after_answer``).
+
+``P-Early-Media`` (RFC 5009) is not read as a call state: it authorises early media
+between trusted network elements (in an INVITE it can only say ``supported``; the
+direction parameters belong to the 18x/2xx and later requests of *that* dialog's
+gating), so its presence or absence says nothing about whether the forked call was
+answered; the UAS counts it seen (``p_early_media_ignored``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sip_bridge.sip.siprec import EARLY_STATES
+
+log = logging.getLogger(__name__)
+
+EARLY_WORDS: Final = EARLY_STATES | {"ring"}
+ANSWERED_WORDS: Final = frozenset({"answered", "answer", "up", "connected", "confirmed", "active"})
+WORD_RE: Final = re.compile(r"^[a-z_-]{1,32}$")
+Origin = Literal["sip_header", "api"]
+State = Literal["early", "answered"]
+Reason = Literal["malformed", "unknown", "conflicting", "after_answer"]
+
+
+@dataclass(frozen=True, slots=True)
+class StateHint:
+    """What one origin said about the call's state (every value it sent)."""
+
+    origin: Origin
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A hint read: the state it says (None: nothing said, or refused) or why refused."""
+
+    state: State | None = None
+    reason: Reason | None = None
+
+
+def read_state(values: Iterable[str]) -> Verdict:
+    """The state ``values`` say, pure (no counting): empty or absent says nothing."""
+    said = {v.strip().lower() for v in values if v.strip()}
+    if not said:
+        return Verdict()
+    if any(not WORD_RE.fullmatch(v) for v in said):
+        return Verdict(reason="malformed")
+    states: set[State] = set()
+    for v in said:
+        if v in EARLY_WORDS:
+            states.add("early")
+        elif v in ANSWERED_WORDS:
+            states.add("answered")
+        else:
+            return Verdict(reason="unknown")
+    if len(states) > 1:
+        return Verdict(reason="conflicting")
+    return Verdict(state=states.pop())
+
+
+def judge(hint: StateHint | None, *, early_now: bool, starting: bool) -> Verdict:
+    """``hint`` for a call that is early now (or not) and starting (or live): ``early``
+    is only taken at the start or while the call is still early."""
+    if hint is None:
+        return Verdict()
+    verdict = read_state(hint.values)
+    if verdict.state == "early" and not starting and not early_now:
+        return Verdict(reason="after_answer")
+    return verdict
+
+
+@dataclass
+class CallStates:
+    """Counts what every origin said (``stats``, for /metrics); thread-safe."""
+
+    stats: Counter[tuple[str, ...]] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, hint: StateHint, verdict: Verdict, call_id: str = "") -> None:
+        """Record a judged hint: its state taken, or its refusal (logged, shortened)."""
+        with self._lock:
+            if verdict.reason is not None:
+                self.stats["rejected", hint.origin, verdict.reason] += 1
+            elif verdict.state is not None:
+                self.stats["said", hint.origin, verdict.state] += 1
+        if verdict.reason is not None:
+            log.warning(
+                "call %s: call state from %s ignored (%s): %s",
+                call_id or "-",
+                hint.origin,
+                verdict.reason,
+                _shown(hint.values),
+            )
+
+    def snapshot(self) -> dict[tuple[str, ...], int]:
+        with self._lock:
+            return dict(self.stats)
+
+
+class CallStateCollector(Collector):
+    """``callshield_call_state_total{origin,state}`` (states taken) and
+    ``callshield_call_state_rejected_total{origin,reason}`` (values ignored)."""
+
+    def __init__(self, snapshot: Callable[[], dict[tuple[str, ...], int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        said = CounterMetricFamily(
+            "callshield_call_state",
+            "call states taken (early media until answered), by origin and state",
+            labels=["origin", "state"],
+        )
+        rejected = CounterMetricFamily(
+            "callshield_call_state_rejected",
+            "call-state values ignored, by origin and reason (malformed, unknown, "
+            "conflicting, after_answer)",
+            labels=["origin", "reason"],
+        )
+        for key, n in sorted(self._snapshot().items()):
+            if key[0] == "said":
+                said.add_metric([key[1], key[2]], float(n))
+            elif key[0] == "rejected":
+                rejected.add_metric([key[1], key[2]], float(n))
+        return [said, rejected]
+
+
+def _shown(values: tuple[str, ...]) -> str:
+    """A refused value for the log: a short, printable prefix, never the whole input."""
+    text = "|".join(values)
+    safe = "".join(c if c.isprintable() else "?" for c in text[:24])
+    return repr(safe) + ("..." if len(text) > 24 else "")

@@ -1,0 +1,164 @@
+"""Early media for plain SIP forks (issue 10): the call-state header on the INVITE, and
+on a re-INVITE, UPDATE or (legacy) INFO inside the dialog, through the real UAS and call
+controller (the media backend records what it is told). Bad values are counted by
+origin and reason and ignored; the call and its media never suffer for them."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from sip_fakes import harness, invite, responses
+from sip_wire import SDP_OFFER
+
+from sip_bridge.call_state import CallStateCollector, read_state
+from sip_bridge.sip.fields import NameAddr
+from sip_bridge.sip.sdp import SessionDescription
+
+EARLY = "X-CallShield-Call-State: early\n"
+ANSWERED = "X-CallShield-Call-State: answered\n"
+
+
+def _establish(h, extra: str = ""):  # type: ignore[no-untyped-def]
+    trying, ok = h.send(invite(extra=extra))
+    assert (trying.status, ok.status) == (100, 200)
+    tag = NameAddr.parse(ok.headers.get("To") or "").tag
+    assert tag
+    h.send(invite(method="ACK", to_tag=tag, cseq=1, branch="z9hG4bKack1", body=""), now=0.1)
+    return tag, ok
+
+
+def _in_dialog(h, method, tag, cseq, extra, body="", now=1.0, n=0):  # type: ignore[no-untyped-def]
+    """A request inside the dialog; ``n`` tells apart two with one CSeq (branches)."""
+    return h.send(
+        invite(
+            method=method,
+            to_tag=tag,
+            cseq=cseq,
+            branch=f"z9hG4bK{method}{cseq}x{n}",
+            body=body,
+            extra=extra,
+        ),
+        now=now,
+    )
+
+
+def test_read_state_words_and_refusals() -> None:
+    for word in ("early", " Ringing ", "PROGRESS", "alerting", "proceeding", "ring"):
+        assert read_state([word]).state == "early", word
+    for word in ("answered", "Up", "connected", "confirmed", "active", "answer"):
+        assert read_state([word]).state == "answered", word
+    assert read_state([]).state is None and read_state([]).reason is None
+    assert read_state(["  "]).reason is None  # empty: nothing said, nothing counted
+    assert read_state(["early", "EARLY"]).state == "early"  # the same state twice
+    assert read_state(["early", "answered"]).reason == "conflicting"
+    assert read_state(["hold"]).reason == "unknown"
+    assert read_state(["early;x=1"]).reason == "malformed"
+    assert read_state(["e" * 33]).reason == "malformed"
+    assert read_state(["\x00early"]).reason == "malformed"
+
+
+def test_invite_early_then_reinvite_answered_keeps_the_media() -> None:
+    h = harness()
+    tag, ok = _establish(h, EARLY)
+    (call,) = h.controller.calls.values()
+    (leg_id,) = h.media.legs
+    assert call.early_media is True and call.kind == "sip"
+    port = SessionDescription.parse(ok.body).media[0].port
+    log_before = list(h.media.log)
+    (ok2,) = _in_dialog(h, "INVITE", tag, 2, ANSWERED, body=SDP_OFFER)
+    assert ok2.status == 200 and SessionDescription.parse(ok2.body).media[0].port == port
+    assert call.early_media is False
+    assert h.media.log == log_before  # same offer: the leg was not touched
+    assert h.media.legs[leg_id]["paused"] is False
+    assert h.events() == [("started", ""), ("updated", "")]
+    said = h.controller.call_states.snapshot()
+    assert said == {("said", "sip_header", "early"): 1, ("said", "sip_header", "answered"): 1}
+    # answered stays answered: a later "early" is refused and counted, the call unchanged
+    (ok3,) = _in_dialog(h, "UPDATE", tag, 3, EARLY, now=2.0)
+    assert ok3.status == 200 and ok3.body == b"" and call.early_media is False
+    assert h.controller.call_states.snapshot()[("rejected", "sip_header", "after_answer")] == 1
+
+
+def test_update_without_sdp_says_answered() -> None:
+    h = harness()
+    tag, _ = _establish(h, "X-CallShield-Call-State: ringing\n")
+    (call,) = h.controller.calls.values()
+    assert call.early_media is True
+    (ok,) = _in_dialog(h, "UPDATE", tag, 2, "X-CallShield-Call-State: Up\n")
+    assert ok.status == 200 and ok.body == b"" and call.early_media is False
+    assert len(h.media.legs) == 1 and h.events()[-1] == ("updated", "")
+
+
+def test_info_says_answered_and_is_answered_per_rfc_6086() -> None:
+    h = harness()
+    tag, _ = _establish(h, EARLY)
+    (call,) = h.controller.calls.values()
+    (pkg,) = _in_dialog(h, "INFO", tag, 2, "Info-Package: dtmf\n" + ANSWERED)
+    assert pkg.status == 469 and pkg.headers.get("Recv-Info") == ""
+    assert call.early_media is True  # the refused INFO changed nothing
+    (stale,) = _in_dialog(h, "INFO", tag, 2, ANSWERED, n=1)
+    assert stale.status == 500 and call.early_media is True  # CSeq not increasing
+    (ok,) = _in_dialog(h, "INFO", tag, 3, ANSWERED)
+    assert ok.status == 200 and call.early_media is False
+    assert NameAddr.parse(ok.headers.get("To") or "").tag == tag
+    assert h.events() == [("started", ""), ("updated", "answered")]
+    (plain,) = _in_dialog(h, "INFO", tag, 4, "")
+    assert plain.status == 200 and h.events()[-1] == ("updated", "answered")
+    (gone,) = _in_dialog(h, "INFO", "nosuchtag", 5, ANSWERED)
+    assert gone.status == 481
+    assert h.uas.stats["info_package_refused"] == 1 and len(h.media.legs) == 1
+
+
+def test_bad_values_are_counted_and_ignored_never_refusing_the_call() -> None:
+    h = harness()
+    _establish(h, "X-CallShield-Call-State: ringing-ish\nP-Early-Media: supported\n")
+    (call,) = h.controller.calls.values()
+    assert call.early_media is False and len(h.media.legs) == 1  # as if nothing was said
+    h2 = harness()
+    _establish(h2, "X-CallShield-Call-State: early, answered\n")
+    assert next(iter(h2.controller.calls.values())).early_media is False
+    assert h.controller.call_states.snapshot() == {("rejected", "sip_header", "unknown"): 1}
+    assert h2.controller.call_states.snapshot() == {("rejected", "sip_header", "conflicting"): 1}
+    assert h.uas.stats["p_early_media_ignored"] == 1  # RFC 5009 is no call state
+    registry = CollectorRegistry()
+    registry.register(CallStateCollector(h2.controller.call_states.snapshot))
+    text = generate_latest(registry).decode()
+    assert (
+        'callshield_call_state_rejected_total{origin="sip_header",reason="conflicting"} 1.0' in text
+    )
+
+
+def test_header_name_is_configurable_and_can_be_off() -> None:
+    h = harness(call_state_header="X-Acme-State")
+    tag, _ = _establish(h, EARLY + "X-Acme-State: early\n")
+    (call,) = h.controller.calls.values()
+    assert call.early_media is True
+    _in_dialog(h, "UPDATE", tag, 2, ANSWERED)  # not the configured name: not read
+    assert call.early_media is True
+    _in_dialog(h, "UPDATE", tag, 3, "X-Acme-State: answered\n")
+    assert call.early_media is False
+    off = harness(call_state_header="")
+    _establish(off, EARLY)
+    assert next(iter(off.controller.calls.values())).early_media is False
+    assert off.controller.call_states.snapshot() == {}
+
+
+def test_no_header_no_early_phase() -> None:
+    h = harness()
+    _establish(h)
+    (call,) = h.controller.calls.values()
+    assert call.early_media is False and h.controller.call_states.snapshot() == {}
+
+
+def test_info_in_the_early_dialog_is_applied_when_answered() -> None:
+    h = harness(answer_delay=2.0)
+    trying, ringing = h.send(invite(extra=EARLY))
+    assert (trying.status, ringing.status) == (100, 180)
+    tag = NameAddr.parse(ringing.headers.get("To") or "").tag
+    assert tag and h.controller.calls == {}
+    (ok,) = _in_dialog(h, "INFO", tag, 2, ANSWERED, now=0.5)
+    assert ok.status == 200
+    (final,) = responses(h.uas.poll(2.5))
+    assert final.status == 200
+    (call,) = h.controller.calls.values()
+    assert call.early_media is False
+    assert h.events() == [("started", ""), ("updated", "answered")]
