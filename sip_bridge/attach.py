@@ -4,7 +4,9 @@ synchronous operations that turn them into calls on the :class:`CallController`.
 A PBX integration (Asterisk ARI ExternalMedia, rtpengine subscribe) creates a monitored
 call with its legs (role, codec and payload types, optionally the address the PBX sends
 from), gets back one RTP port per leg on the advertised address, changes metadata
-(ANI/DNIS, external ids, roles, pause) and ends it. Calls that go silent end after the
+(ANI/DNIS, external ids, roles, pause, call state) and ends it. ``call_state``
+(``sip_bridge.call_state``): ``early`` at create for a call forked before it is answered
+(its windows never alert), ``answered`` by PATCH once it is. Calls that go silent end after the
 RTP timeout like SIP calls (the UAS's timer checks every call of the controller).
 
 Pure and synchronous (DESIGN §1): the FastAPI router (``sip_bridge.control_api``) is a
@@ -20,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from detectors.alert_schema import LegRole
+from sip_bridge.call_state import StateHint
 from sip_bridge.calls import Call, CallController, CallSetup
 from sip_bridge.sip.offer_answer import NegotiatedStream
 from sip_bridge.sip.sdp import RtpMap
@@ -29,6 +32,13 @@ STATIC_PT: dict[str, int] = {"PCMU": 0, "PCMA": 8}
 MAX_LEGS = 8
 Label = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 Text = Annotated[str, Field(max_length=128)]
+STATE_DOC = (
+    "early: the call is not answered yet (ringback, announcements, an IVR before an "
+    "agent): its windows are scored but never alert; answered: from now on they may "
+    "(windows starting before this point still never count). Also read: alerting, "
+    "ringing, progress, proceeding, ring / answer, up, connected, confirmed, active. "
+    "A value the bridge refuses is counted and answered 422 (409: early after answered)"
+)
 
 
 class LegSpec(BaseModel):
@@ -115,6 +125,9 @@ class CallCreate(BaseModel):
         "^[a-z0-9][a-z0-9_-]{0,31}$); a value the bridge rejects is counted and the call "
         "takes the configured mapping or default tenant instead: see the response's tenant",
     )
+    call_state: str | None = Field(
+        None, max_length=1024, description=STATE_DOC + "; absent: answered, no early phase"
+    )
 
     @model_validator(mode="after")
     def _unique_labels(self) -> CallCreate:
@@ -143,6 +156,7 @@ class CallUpdate(BaseModel):
     legs: dict[str, LegUpdate] = Field(
         default_factory=dict, description="by leg label or leg id", max_length=MAX_LEGS
     )
+    call_state: str | None = Field(None, max_length=1024, description=STATE_DOC)
 
 
 class RtpTarget(BaseModel):
@@ -177,6 +191,7 @@ class CallView(BaseModel):
         description="what decided it: api, dnis_prefix, sip_source or default"
     )
     rtp_timeout_s: float = Field(description="the call ends after this long without RTP")
+    early_media: bool = Field(False, description="not answered yet: its windows never alert")
     legs: list[LegView]
 
 
@@ -205,6 +220,7 @@ class AttachedCalls:
             external_ids=dict(spec.external_ids),
             leg_roles={i: leg.role for i, leg in enumerate(spec.legs)},
             tenant_hints=(Hint("api", (spec.tenant,)),) if spec.tenant is not None else (),
+            call_state=state_hint(spec.call_state),
         )
         call, _ = self.controller.start_call(setup, list(streams))
         self._forget_ended()
@@ -249,7 +265,7 @@ class AttachedCalls:
                 paused[leg.index] = leg_change.paused
         streams = [_with_direction(s, paused.get(s.index, False)) for s in self.specs[call_id]]
         self.specs[call_id] = tuple(streams)
-        self.controller.update_call(call_id, streams)
+        self.controller.update_call(call_id, streams, call_state=state_hint(change.call_state))
         return call
 
     def end(self, call_id: str, reason: str = "api") -> bool:
@@ -296,6 +312,7 @@ class AttachedCalls:
             tenant=call.tenant,
             tenant_source=call.tenant_source,
             rtp_timeout_s=self.rtp_timeout_s,
+            early_media=call.early_media,
             legs=legs,
         )
 
@@ -303,6 +320,11 @@ class AttachedCalls:
         """Drop calls the controller ended on its own (RTP timeout, draining)."""
         for call_id in [c for c in self.specs if c not in self.controller.calls]:
             del self.specs[call_id]
+
+
+def state_hint(value: str | None) -> StateHint | None:
+    """The API's ``call_state`` as a hint (None: absent)."""
+    return StateHint("api", (value,)) if value is not None else None
 
 
 def host_port(host: str, port: int) -> str:

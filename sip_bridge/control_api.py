@@ -4,8 +4,9 @@ bridge's HTTP server mounts: ``app.include_router(control_router(controller, set
 For PBX integrations that fork RTP where they are told: Asterisk ARI ExternalMedia
 (``external_host`` = a leg's ``rtp.external_host``), rtpengine subscribe. Create a
 monitored call with its legs and metadata, get back one RTP port per leg on the
-advertised address, PATCH metadata, DELETE it; a call whose legs all stay silent for
-the RTP timeout ends by itself (reason ``rtp_timeout``).
+advertised address, PATCH metadata (and ``call_state``: early media until answered),
+DELETE it; a call whose legs all stay silent for the RTP timeout ends by itself (reason
+``rtp_timeout``). ``PUT /v1/calls/{id}/call-state`` says answered for any live call.
 
 Every request needs ``Authorization: Bearer <control_api_token>`` (settings; compared in
 constant time), checked before the body is even parsed: missing or wrong -> 401; no
@@ -27,7 +28,16 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from sip_bridge.attach import AttachedCalls, CallCreate, CallUpdate, CallView, UnknownLegError
+from sip_bridge.attach import (
+    STATE_DOC,
+    AttachedCalls,
+    CallCreate,
+    CallUpdate,
+    CallView,
+    UnknownLegError,
+    state_hint,
+)
+from sip_bridge.call_state import StateHint
 from sip_bridge.calls import CallController
 from sip_bridge.media import CapacityError
 from sip_bridge.settings import Settings
@@ -101,6 +111,17 @@ class PauseView(BaseModel):
     paused: bool
 
 
+class CallStateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    call_state: str = Field(max_length=1024, description=STATE_DOC)
+
+
+class CallStateView(BaseModel):
+    call_id: str
+    early_media: bool
+
+
 def control_router(controller: CallController, settings: Settings) -> APIRouter:
     """The control API on ``controller``; tokens, addresses and timers from settings."""
     sip_host, _ = settings.sip_address
@@ -114,6 +135,25 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
         responses=_ERRORS,
         route_class=guarded_route(token_check(control_token(settings))),
     )
+
+    def checked_state(call_id: str | None, value: str | None) -> None:
+        """Refuse a call state the bridge would ignore, counted (origin ``api``), before
+        anything changes: 422, or 409 for ``early`` on an answered call."""
+        hint = state_hint(value)
+        if hint is None:
+            return
+        verdict = controller.check_call_state(call_id, hint)
+        if verdict.reason is None:
+            return
+        controller.call_states.count(hint, verdict, call_id or "")
+        if verdict.reason == "after_answer":
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, "call_state early: the call is already answered"
+            )
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"call_state refused ({verdict.reason}): say early or answered",
+        )
 
     def found(call_id: str) -> Any:
         call = calls.get(call_id)
@@ -131,6 +171,7 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
     async def create_call(spec: CallCreate) -> CallView:
         if controller.draining:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "draining", retry_after)
+        checked_state(None, spec.call_state)
         try:
             call = calls.create(spec)
         except CapacityError as exc:  # which capacity: detectors, RTP ports, streams
@@ -155,11 +196,15 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
     @router.patch(
         "/{call_id}",
         response_model=CallView,
-        summary="Change ANI/DNIS, correlation id, external ids, leg roles or pause",
-        responses={404: {"description": "no such live call or leg"}},
+        summary="Change ANI/DNIS, correlation id, external ids, leg roles, pause or call state",
+        responses={
+            404: {"description": "no such live call or leg"},
+            409: {"description": "call_state early on an answered call"},
+        },
     )
     async def update_call(call_id: str, change: CallUpdate) -> CallView:
         found(call_id)
+        checked_state(call_id, change.call_state)
         try:
             call = calls.update(call_id, change)
         except UnknownLegError as exc:
@@ -185,6 +230,25 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
         )
         legs = controller.calls[call_id].legs.values()
         return PauseView(call_id=call_id, paused=all(leg.paused for leg in legs))
+
+    @router.put(
+        "/{call_id}/call-state",
+        response_model=CallStateView,
+        summary="Early media or answered, for ANY live call, whatever its transport",
+        responses={
+            404: {"description": "no such live call on this bridge"},
+            409: {"description": "early on an answered call"},
+        },
+    )
+    async def set_call_state(call_id: str, body: CallStateIn) -> CallStateView:
+        """Say that a call forked before it was answered (SIP without header control,
+        media WebSockets, WHIP, AudioSocket, ...) is answered now: its windows from this
+        point on may alert. ``early`` is taken only while the call is still early."""
+        if call_id not in controller.calls:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such live call")
+        checked_state(call_id, body.call_state)
+        controller.set_call_state(call_id, StateHint("api", (body.call_state,)))
+        return CallStateView(call_id=call_id, early_media=controller.calls[call_id].early_media)
 
     @router.delete(
         "/{call_id}",

@@ -226,7 +226,12 @@ def test_openapi_documents_the_api() -> None:
     settings = Settings.model_validate({"control_api_token": TOKEN})
     app.include_router(control_router(CallController(FakeMedia(), MemoryPublisher()), settings))
     doc = app.openapi()
-    assert set(doc["paths"]) == {"/v1/calls", "/v1/calls/{call_id}", "/v1/calls/{call_id}/pause"}
+    assert set(doc["paths"]) == {
+        "/v1/calls",
+        "/v1/calls/{call_id}",
+        "/v1/calls/{call_id}/pause",
+        "/v1/calls/{call_id}/call-state",
+    }
     assert set(doc["paths"]["/v1/calls/{call_id}"]) == {"get", "patch", "delete"}
     assert set(doc["paths"]["/v1/calls/{call_id}/pause"]) == {"put"}
     post = doc["paths"]["/v1/calls"]["post"]
