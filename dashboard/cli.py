@@ -62,7 +62,13 @@ def add_parser(sub: Any, name: str) -> None:
     scope.set_defaults(run=set_tenants)
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def serve(args: argparse.Namespace) -> int:
+    import signal
+
     import uvicorn
 
     from dashboard.app import create_app
@@ -75,6 +81,10 @@ def serve(args: argparse.Namespace) -> int:
     host, _, port = settings.listen.rpartition(":")
     app = create_app(settings)
     install_redaction("uvicorn", "uvicorn.access", "uvicorn.error", "dashboard")
+    # uvicorn (0.29+) stops gracefully on SIGTERM, then restores the handler it found and
+    # raises the signal again: into this one, so the operator's ordinary stop exits 0
+    # (not -15) once the graceful shutdown has run; before uvicorn starts it exits at once
+    signal.signal(signal.SIGTERM, _stop)
     uvicorn.run(
         app,
         host=host.strip("[]"),
@@ -84,6 +94,10 @@ def serve(args: argparse.Namespace) -> int:
         # the live feed sends each message to every client: deflating it per client
         # costs more CPU than the few hundred bytes it saves (callshield bench dashboard)
         ws_per_message_deflate=False,
+        # a stop waits this long for open connections (a live-feed client that stopped
+        # reading keeps its socket's unsent buffer forever), then cancels them: without
+        # it a stalled WebSocket client made SIGTERM hang
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
     return 0
 

@@ -46,6 +46,8 @@ class DashboardSettings(BaseSettings):
     related_voice_threshold: float = Field(default=0.75, gt=0.0, le=1.0)
     related_voice_scan: int = Field(default=200, ge=0, le=5000)
     live_queue: int = Field(default=1000, ge=1)  # per client; a slower client is dropped
+    # a stop (SIGTERM/SIGINT) waits at most this long for open connections, then cancels
+    shutdown_grace_s: int = Field(default=5, ge=1, le=120)
     alerts_scan: int = Field(default=2000, ge=10)  # newest alert entries the views read
     scores_scan: int = Field(default=20_000, ge=10)  # newest score entries (call timeline)
     audit_maxlen: int = Field(default=1_000_000, ge=1000)  # approximate
