@@ -100,6 +100,12 @@ def add_parser(sub: Any, name: str) -> None:
         "unseen generators worse (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
+        "--codec-aug",
+        action="store_true",
+        help="pass 35 %% of training windows of both classes through MP3 / AAC / Opus first, "
+        "so compressed genuine audio is not read as synthetic (docs/models/synthetic_voice.md)",
+    )
+    p.add_argument(
         "--with-family",
         action="append",
         default=[],
@@ -213,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             args.lofo,
             args.stage2,
             tuple(args.with_family),
+            codec_aug=args.codec_aug,
         )
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad

@@ -309,6 +309,7 @@ def build(
     progress: Any = None,
     hold_out: str | None = None,
     with_families: tuple[str, ...] = (),
+    codec_aug: bool = False,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     started = time.monotonic()
@@ -334,8 +335,12 @@ def build(
     say("clips: " + ", ".join(f"{p} {len(v)}" for p, v in parts.items()))
     audio = {p: dataset.load_8k(parts[p]) for p in ("train", "dev")}
     cfg = cfg or (train.QUICK if quick else TrainConfig())
+    if codec_aug:  # the perceptual-codec step in the training channel (--codec-aug)
+        cfg = TrainConfig(**{**asdict(cfg), "codec_aug": True})
     t0 = time.monotonic()
-    windows, labels = train.draw_windows(parts["train"], audio["train"], cfg.windows, seed)
+    windows, labels = train.draw_windows(
+        parts["train"], audio["train"], cfg.windows, seed, codec_aug=cfg.codec_aug
+    )
     say(f"{len(windows)} training windows drawn in {time.monotonic() - t0:.0f} s")
     import torch
 
@@ -353,7 +358,7 @@ def build(
         if final is None:
             w2, l2 = train.draw_windows(
                 parts["train"], audio["train"], cfg.stage2_windows, seed + STAGE2_SEED,
-                wide=cfg.stage2_wide,
+                wide=cfg.stage2_wide, codec_aug=cfg.codec_aug,
             )  # fmt: skip
             say(f"stage 2: {len(w2)} fresh windows (wide channel: {cfg.stage2_wide})")
             final, more = train.train(w2, l2, cfg, seed, say, init=model.state_dict())
@@ -387,7 +392,9 @@ def build(
         + ") "
         f"on the shared speech corpus: {len(train_bona)} bona fide training speakers, "
         f"{sum(c.label == 0 for c in parts['train'])} files; spoof systems {', '.join(families)}; "
-        f"{cfg.windows} telephone-channel windows, {cfg.epochs} epochs, then "
+        f"{cfg.windows} telephone-channel windows"
+        + (" (35 % first through MP3 / AAC / Opus)" if cfg.codec_aug else "")
+        + f", {cfg.epochs} epochs, then "
         f"{cfg.stage2_windows} {'wide' if cfg.stage2_wide else 'telephone'}-channel windows, "
         f"{cfg.stage2_epochs} epochs; "
         f"ONNX opset {OPSET}, "
@@ -443,6 +450,7 @@ def run_cli(
     lofo_all: bool = False,
     stage2: str | None = None,
     with_families: tuple[str, ...] = (),
+    codec_aug: bool = False,
 ) -> int:
     from detectors.aasist.importer import torch_available
 
@@ -465,6 +473,7 @@ def run_cli(
             hold_out=hold_out,
             cfg=None if stage2 is None or quick else STAGE2[stage2],
             with_families=with_families,
+            codec_aug=codec_aug,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

@@ -11,7 +11,10 @@ concealed exactly as the live runtime conceals it), G.711 A-law, or plain 16-bit
 ``wide=True`` (the optional second training stage) adds what a call crosses before the gateway:
 room reverberation (sox) and an upstream mobile / VoIP codec (GSM 06.10 via sox, or
 Opus 8-16 kbit/s via libopus), on both classes alike, so that a codec's artefacts are
-not taken for a vocoder's. ``condition`` applies one named condition deterministically
+not taken for a vocoder's. ``codec_aug=True`` (``train-synthetic --codec-aug``) first puts
+CODEC_AUG of the windows through a perceptual codec (MP3, AAC or Opus, ``lossy``) before
+the telephone steps, on both classes alike, so that compressed genuine recordings are not
+taken for synthetic ones. ``condition`` applies one named condition deterministically
 (dev scoring).
 """
 
@@ -93,6 +96,7 @@ def _noise(n: int, rng: np.random.Generator) -> FloatArray:
 
 WIDE_REVERB = 0.1  # share of windows reverberated (wide channel only)
 WIDE_UPSTREAM = 0.35  # share through an upstream GSM / Opus leg (wide channel only)
+CODEC_AUG = 0.35  # share through a perceptual codec first (codec_aug only)
 
 
 def _upstream(y: FloatArray, rng: np.random.Generator) -> FloatArray:
@@ -103,13 +107,19 @@ def _upstream(y: FloatArray, rng: np.random.Generator) -> FloatArray:
     return channels.opus_roundtrip(y, int(rng.choice((8, 10, 12, 16))) * 1000)
 
 
-def augment(x8: FloatArray, rng: np.random.Generator, wide: bool = False) -> FloatArray:
+def augment(
+    x8: FloatArray, rng: np.random.Generator, wide: bool = False, codec_aug: bool = False
+) -> FloatArray:
     """One random telephone channel on an 8 kHz window (see the module docstring)."""
     y = x8.astype(np.float32, copy=True)
     if wide and rng.random() < WIDE_REVERB:
         from detectors.eval import channels
 
         y = channels.apply("reverb", y, 0)
+    if codec_aug and rng.random() < CODEC_AUG:  # no draw when off: old windows unchanged
+        from detectors.synthetic.lossy import lossy
+
+        y = lossy(y, rng)
     peak = float(np.max(np.abs(y))) or 1.0
     y *= np.float32(rng.uniform(0.08, 0.9) / peak)
     if rng.random() < 0.6:
