@@ -504,7 +504,7 @@ class CallController:
             at=datetime.now(UTC),
             reason=reason,
             correlation_id=call.correlation_id,
-            external_ids=_external_ids(call),
+            external_ids=external_ids(call),
             legs={leg.leg_id: leg.role for leg in call.legs.values()},
             identity=call.identity.info() if call.identity and event != "ended" else None,
             tenant=call.tenant,
@@ -515,7 +515,7 @@ class CallController:
             log.exception("publishing a call event failed")
 
 
-def _external_ids(call: Call) -> dict[str, str]:
+def external_ids(call: Call) -> dict[str, str]:
     """The ids other systems know the call by; a SIP call's Call-ID as ``sip-call-id``
     (integrators ask for risk by it, issue 12)."""
     ids = dict(call.external_ids)

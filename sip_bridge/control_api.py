@@ -6,7 +6,9 @@ For PBX integrations that fork RTP where they are told: Asterisk ARI ExternalMed
 monitored call with its legs and metadata, get back one RTP port per leg on the
 advertised address, PATCH metadata (and ``call_state``: early media until answered),
 DELETE it; a call whose legs all stay silent for the RTP timeout ends by itself (reason
-``rtp_timeout``). ``PUT /v1/calls/{id}/call-state`` says answered for any live call.
+``rtp_timeout``). ``PUT /v1/calls/{id}/call-state`` says answered for any live call, also
+found by an id of the PBX's (``/v1/calls/by-external-id/{system}/{value}/call-state``,
+e.g. ``sip-call-id``: the Call-ID of the SIP fork).
 
 Every request needs ``Authorization: Bearer <control_api_token>`` (settings; compared in
 constant time), checked before the body is even parsed: missing or wrong -> 401; no
@@ -38,7 +40,7 @@ from sip_bridge.attach import (
     state_hint,
 )
 from sip_bridge.call_state import StateHint
-from sip_bridge.calls import CallController
+from sip_bridge.calls import CallController, external_ids
 from sip_bridge.media import CapacityError
 from sip_bridge.settings import Settings
 
@@ -249,6 +251,26 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
         checked_state(call_id, body.call_state)
         controller.set_call_state(call_id, StateHint("api", (body.call_state,)))
         return CallStateView(call_id=call_id, early_media=controller.calls[call_id].early_media)
+
+    @router.put(
+        "/by-external-id/{system}/{value}/call-state",
+        response_model=list[CallStateView],
+        summary="The same, for the live calls an id of yours names (e.g. sip-call-id)",
+        responses={
+            404: {"description": "no live call on this bridge carries that id"},
+            409: {"description": "early on an answered call"},
+        },
+    )
+    async def set_call_state_by_id(system: str, value: str, body: CallStateIn) -> Any:
+        """``system``: ``sip-call-id`` (the SIP fork's Call-ID), or a key of the call's
+        ``external_ids``; every live call carrying it is changed."""
+        ids = [c for c, call in controller.calls.items() if external_ids(call).get(system) == value]
+        if not ids:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no live call carries that id")
+        out = []
+        for call_id in ids:
+            out.append(await set_call_state(call_id, body))
+        return out
 
     @router.delete(
         "/{call_id}",

@@ -104,20 +104,41 @@ def test_put_call_state_answers_a_sip_call() -> None:
     async def scenario(h: Harness, client: httpx.AsyncClient) -> None:
         _, ok = h.send(invite(extra="X-CallShield-Call-State: early\n"))
         assert ok.status == 200
-        (call,) = h.controller.calls.values()
-        assert call.early_media is True
+        _, ok2 = h.send(
+            invite(
+                call_id="second@pc33",
+                branch="z9hG4bKsecond",
+                extra="X-CallShield-Call-State: early\n",
+            )
+        )
+        assert ok2.status == 200
+        first, second = h.controller.calls.values()
+        assert first.early_media is True and second.early_media is True
         r = await client.put(
-            f"/v1/calls/{call.call_id}/call-state", json={"call_state": "answered"}, headers=AUTH
+            f"/v1/calls/{first.call_id}/call-state", json={"call_state": "answered"}, headers=AUTH
         )
         assert r.status_code == 200
-        assert r.json() == {"call_id": call.call_id, "early_media": False}
-        assert call.early_media is False and len(h.media.legs) == 1
+        assert r.json() == {"call_id": first.call_id, "early_media": False}
+        assert first.early_media is False and second.early_media is True
+        by_id = "/v1/calls/by-external-id/sip-call-id/second@pc33/call-state"
+        r = await client.put(by_id, json={"call_state": "answered"}, headers=AUTH)
+        assert r.status_code == 200
+        assert r.json() == [{"call_id": second.call_id, "early_media": False}]
+        assert second.early_media is False and len(h.media.legs) == 2
+        r = await client.put(
+            "/v1/calls/by-external-id/sip-call-id/nosuch/call-state",
+            json={"call_state": "answered"},
+            headers=AUTH,
+        )
+        assert r.status_code == 404
+        call = first
         r = await client.get(f"/v1/calls/{call.call_id}", headers=AUTH)
         assert r.status_code == 404  # PATCH/GET are for the API's own calls; PUT is for any
 
     h = _run(scenario)
-    assert h.events() == [("started", ""), ("updated", "answered")]
+    answered = ("updated", "answered")
+    assert h.events() == [("started", ""), ("started", ""), answered, answered]
     assert h.controller.call_states.snapshot() == {
-        ("said", "sip_header", "early"): 1,
-        ("said", "api", "answered"): 1,
+        ("said", "sip_header", "early"): 2,
+        ("said", "api", "answered"): 2,
     }
