@@ -1,6 +1,7 @@
 """``create_app``: the dashboard's composition root (DESIGN §7).
 
-The lifespan opens the Redis client and starts the live feed's reader; the routes get
+The lifespan opens the Redis client and starts the live feed's reader and principal
+watcher (both cancelled at a stop, whatever state they are in); the routes get
 everything through ``app.state.ctx`` (``dashboard.deps.Context``). Every response
 carries the security headers; every one but the static assets is ``no-store``.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -61,6 +63,7 @@ from detectors.bus.settings import BusSettings
 from detectors.bus.webhooks.admin import WebhookAdmin
 from detectors.bus.webhooks.secrets import load_key
 
+log = logging.getLogger(__name__)
 _HERE = Path(__file__).resolve().parent
 API_PREFIX = "/api/v1"
 _CSP = (
@@ -135,13 +138,20 @@ def create_app(
             tenant_check.warn(
                 await tenant_check.platform_wide_non_admins(ctx.users, ctx.api_keys, ctx.policy)
             )
-        reader = asyncio.create_task(hub.run(), name="live-feed")
+        tasks = (
+            asyncio.create_task(hub.run(), name="live-feed"),
+            asyncio.create_task(hub.watch(settings.live_recheck_s), name="live-principals"),
+        )
         try:
             yield
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            for task in tasks:
+                task.cancel()
+            # whatever either task ended with (cancelled, or an error logged here), the
+            # client is closed: a stop never waits on, nor fails at, the live feed
+            for ended in await asyncio.gather(*tasks, return_exceptions=True):
+                if isinstance(ended, Exception):
+                    log.error("live feed task failed: %r", ended)
             await client.aclose()
 
     app = FastAPI(

@@ -10,7 +10,8 @@
 principal is platform-wide (this CLI talks to Redis directly: it is the operator's).
 ``principals --platform-wide`` lists the users and keys that see every tenant (those
 created before tenancy are); ``set-tenants`` replaces one's tenant set, audited as
-``cli``; a user's live sessions re-read it at their next request.
+``cli``; a user's live sessions re-read it at their next request, and every dashboard
+process re-scopes (closes) its open live-feed sockets within ``live_recheck_s``.
 
 Nothing heavy is imported until a command runs (the CLI root loads this module on every
 ``callshield`` invocation).

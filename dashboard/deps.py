@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -31,10 +32,11 @@ from dashboard.auth import (
     UserStore,
     tokens_equal,
 )
-from dashboard.live import LiveHub
+from dashboard.live import LiveHub, Recheck
 from dashboard.oidc import LoginStates, OidcClient
 from dashboard.settings import DashboardSettings
 from dashboard.store import DashboardStore
+from dashboard.tenancy import Tenants
 from detectors.bus.allowlist import AllowlistStore
 from detectors.bus.biometrics_store import BiometricsStore
 from detectors.bus.policy_store import PolicyStore
@@ -91,9 +93,13 @@ def client_address(conn: HTTPConnection) -> str:
     return conn.client.host if conn.client else "unknown"
 
 
-async def authenticate(conn: HTTPConnection, ctx: Context) -> Principal | None:
+def _api_key(conn: HTTPConnection) -> str | None:
     auth = conn.headers.get("authorization", "")
-    key = auth[7:].strip() if auth.lower().startswith("bearer ") else conn.headers.get("x-api-key")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else conn.headers.get("x-api-key")
+
+
+async def authenticate(conn: HTTPConnection, ctx: Context) -> Principal | None:
+    key = _api_key(conn)
     if key:
         return await ctx.api_keys.lookup(key)
     cookie = conn.cookies.get(ctx.cookie_name)
@@ -112,6 +118,23 @@ async def authenticate(conn: HTTPConnection, ctx: Context) -> Principal | None:
             await ctx.sessions.delete(session.sid)
             return None
     return Principal(session.user, session.role, "session", session.sid, session.csrf, tenants)
+
+
+def recheck(conn: HTTPConnection, ctx: Context, who: Principal) -> Recheck | None:
+    """How a long-lived connection (the live feed) re-reads ``who`` as it is now: an
+    API key's record, a password session's user; None for an OIDC session (its
+    tenants are its login's claim, and its user is not in the store)."""
+    key = _api_key(conn)
+    if who.kind == "api_key" and key:
+        return partial(_key_now, ctx.api_keys, key)
+    if who.kind == "session" and not who.name.startswith(OIDC_USER_PREFIX):
+        return partial(ctx.users.current, who.name)
+    return None
+
+
+async def _key_now(keys: ApiKeyStore, key: str) -> tuple[bool, Tenants]:
+    found = await keys.lookup(key)
+    return (True, found.tenants) if found is not None else (False, None)
 
 
 async def check_csrf(request: Request, ctx: Context, who: Principal) -> None:

@@ -10,6 +10,13 @@ per-message ``asyncio.wait``), and the server offers no per-message compression,
 would otherwise deflate every message once per client. Triage changes made through this process
 are pushed too (``publish``). Each message carries its tenant: a tenant-scoped client
 is offered only its tenants' messages (still one encoding per message).
+
+A client's tenant set is the principal's at connect; ``watch`` re-reads every
+connected principal each ``every_s`` (the record in Redis, so a change made through any
+dashboard process or ``callshield dashboard set-tenants`` is seen by all): a client
+whose principal's tenants changed is ended with 1013 (it reconnects, re-scoped) and one
+whose principal is gone (a revoked key, a removed user) with 1008; either is offered
+nothing more, and what was queued for it is dropped.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio
@@ -30,31 +38,47 @@ from detectors.bus.keys import Keys
 
 log = logging.getLogger(__name__)
 
+RESCOPED, GONE = 1013, 1008  # close codes: reconnect (re-scoped); the principal is gone
+# the principal as it is now: (whether it still exists, its tenant set)
+Recheck = Callable[[], Awaitable[tuple[bool, Tenants]]]
+
 
 class LiveClient:
     """One connection's bounded queue of encoded messages. A client that falls
     ``size`` messages behind is marked overflowed and gets ``None`` (the end marker,
-    in a slot kept for it): its sender stops and the route closes it with 1013."""
+    in a slot kept for it): its sender stops and the route closes it with 1013.
+    ``recheck``: how ``LiveHub.watch`` re-reads the principal (None: never, as for an
+    OIDC session, whose tenants are its login's claim)."""
 
-    def __init__(self, size: int, tenants: Tenants = None, name: str = "") -> None:
+    def __init__(
+        self, size: int, tenants: Tenants = None, name: str = "", recheck: Recheck | None = None
+    ) -> None:
         self._size = size
         self.tenants = tenants  # None: every tenant's messages
         self.name = name  # the principal's name (``drop``)
+        self.recheck = recheck
         self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=size + 1)  # JSON text
         self.overflowed = False
+        self.close_code = RESCOPED
+        self.ended = asyncio.Event()  # set with the end marker: a blocked send is cut short
 
-    def end(self) -> None:
-        """Ends the connection (as an overflow does): the client reconnects."""
+    def end(self, code: int = RESCOPED, drop_queued: bool = False) -> None:
+        """Ends the connection (as an overflow does): the client reconnects. With
+        ``drop_queued`` (its principal changed) nothing queued is sent any more."""
+        if drop_queued:
+            while not self.queue.empty():
+                self.queue.get_nowait()
         if not self.overflowed:
             self.overflowed = True
+            self.close_code = code
             self.queue.put_nowait(None)
+            self.ended.set()
 
     def offer(self, message: str) -> None:
         if self.overflowed:
             return
         if self.queue.qsize() >= self._size:
-            self.overflowed = True
-            self.queue.put_nowait(None)
+            self.end()
             return
         self.queue.put_nowait(message)
 
@@ -67,18 +91,43 @@ class LiveHub:
         self.fanned_out = 0
         self.errors = 0
 
-    def connect(self, tenants: Tenants = None, name: str = "") -> LiveClient:
-        client = LiveClient(self._size, tenants, name)
+    def connect(
+        self, tenants: Tenants = None, name: str = "", recheck: Recheck | None = None
+    ) -> LiveClient:
+        client = LiveClient(self._size, tenants, name, recheck)
         self.clients.add(client)
         return client
 
     def drop(self, name: str) -> int:
         """Ends ``name``'s connections (its tenants changed): they reconnect and are
-        scoped anew. This process's only; how many."""
+        scoped anew. This process's at once (``watch`` finds the others'); how many."""
         mine = [c for c in self.clients if c.name == name]
         for client in mine:
-            client.end()
+            client.end(drop_queued=True)
         return len(mine)
+
+    async def watch(self, every_s: float) -> None:
+        """Re-reads the connected principals every ``every_s`` until cancelled."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.recheck()
+            except (redis.RedisError, OSError) as exc:  # the next round tries again
+                self.errors += 1
+                log.warning("live feed: principals not re-read (%s)", type(exc).__name__)
+
+    async def recheck(self) -> int:
+        """Ends each client whose principal is gone or has another tenant set now (the
+        record in Redis, whichever process changed it); how many."""
+        ended = 0
+        for client in list(self.clients):
+            if client.recheck is None or client.overflowed:
+                continue
+            exists, tenants = await client.recheck()
+            if not exists or tenants != client.tenants:
+                client.end(RESCOPED if exists else GONE, drop_queued=True)
+                ended += 1
+        return ended
 
     def count(self, tenants: Tenants) -> int:
         """Connected clients a principal of ``tenants`` may know of: every one for a

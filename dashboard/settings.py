@@ -46,6 +46,10 @@ class DashboardSettings(BaseSettings):
     related_voice_threshold: float = Field(default=0.75, gt=0.0, le=1.0)
     related_voice_scan: int = Field(default=200, ge=0, le=5000)
     live_queue: int = Field(default=1000, ge=1)  # per client; a slower client is dropped
+    # an open live-feed socket re-reads its principal this often: a tenant change made
+    # through any dashboard process or the CLI re-scopes it (reconnect), a revoked key's
+    # or removed user's is closed
+    live_recheck_s: float = Field(default=2.0, gt=0.0, le=60.0)
     # a stop (SIGTERM/SIGINT) waits at most this long for open connections, then cancels
     shutdown_grace_s: int = Field(default=5, ge=1, le=120)
     alerts_scan: int = Field(default=2000, ge=10)  # newest alert entries the views read

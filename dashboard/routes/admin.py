@@ -5,7 +5,8 @@ platform-wide admin may create; a tenant-scoped admin creates, lists, re-scopes 
 revokes only principals inside its own tenants, and reads only its tenants' audit
 entries. Re-scoping (``PUT .../tenants``) follows the creation rules; the user's live
 sessions re-read their tenants on every request, so it applies at once, and the user's
-or key's live-feed sockets on this process are closed (they reconnect, re-scoped).
+or key's live-feed sockets are closed (they reconnect, re-scoped): on this process at
+once, on the others within ``live_recheck_s``.
 """
 
 from __future__ import annotations

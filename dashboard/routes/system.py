@@ -11,10 +11,11 @@ from starlette.websockets import WebSocketDisconnect
 
 from dashboard import scoping
 from dashboard.auth import Role
-from dashboard.deps import CtxDep, Viewer, authenticate, client_address, context
+from dashboard.deps import CtxDep, Viewer, authenticate, client_address, context, recheck
 from dashboard.live import LiveClient
 from dashboard.schemas import Health
 
+_CLOSE_S = 5.0  # the most a close frame waits for a client that stopped reading
 router = APIRouter(tags=["system"])
 health_router = APIRouter(tags=["system"])
 
@@ -48,7 +49,8 @@ async def live(websocket: WebSocket) -> None:
     """New alerts, call events and triage changes as JSON messages. The Origin must be
     on the allowlist when sent (a browser always sends it; only API-key clients may
     omit it); any role may listen; 1008 (policy) closes refusals before accept, which
-    the handshake answers with 403."""
+    the handshake answers with 403. An open socket follows its principal: 1013 when
+    its tenants change (reconnect, re-scoped), 1008 when it is gone (``LiveHub.watch``)."""
     ctx = context(websocket)
     who = await authenticate(websocket, ctx)
     origin = websocket.headers.get("origin")
@@ -62,10 +64,11 @@ async def live(websocket: WebSocket) -> None:
         await websocket.close(code=1008)
         return
     await websocket.accept()
-    client = ctx.hub.connect(who.tenants, who.name)
+    client = ctx.hub.connect(who.tenants, who.name, recheck(websocket, ctx, who))
     tasks = (
         asyncio.ensure_future(_send(websocket, client)),
         asyncio.ensure_future(_until_disconnect(websocket)),
+        asyncio.ensure_future(client.ended.wait()),  # even while a send is blocked
     )
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -74,9 +77,10 @@ async def live(websocket: WebSocket) -> None:
             task.add_done_callback(_retrieve)
             task.cancel()
         ctx.hub.disconnect(client)
-    if client.overflowed:  # fell too far behind: it reconnects and reloads
-        with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-            await websocket.close(code=1013)
+    if client.overflowed:  # fell behind or re-scoped (1013: it reconnects), or gone (1008)
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, TimeoutError):
+            # bounded: a client that stopped reading never takes the close frame
+            await asyncio.wait_for(websocket.close(code=client.close_code), _CLOSE_S)
 
 
 async def _send(websocket: WebSocket, client: LiveClient) -> None:
@@ -85,7 +89,7 @@ async def _send(websocket: WebSocket, client: LiveClient) -> None:
         await websocket.send_text(text)
 
 
-def _retrieve(task: asyncio.Future[None]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """A send to a client that has gone raises; that ends the connection, nothing else."""
     if not task.cancelled():
         task.exception()

@@ -80,11 +80,32 @@ class DashProcess:
         raise AssertionError(f"the dashboard never became ready: {self.log.read_text()}")
 
     def get(self, path: str, key: str) -> Any:
+        return self.call("GET", path, {"Authorization": f"Bearer {key}"})
+
+    def call(self, method: str, path: str, headers: dict[str, str], body: Any = None) -> Any:
+        """The JSON answer of one request (an error status raises ``HTTPError``)."""
+        data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.url + path, headers={"Authorization": f"Bearer {key}"}
+            self.url + path,
+            data=data,
+            method=method,
+            headers={**headers, "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as resp:
             return json.loads(resp.read())
+
+    def login(self, username: str, password: str) -> str:
+        """A session cookie (``cs_session=…``: cookies are not Secure here)."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/auth/login",
+            data=json.dumps({"username": username, "password": password}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            cookie = resp.headers["Set-Cookie"].split(";", 1)[0]
+        assert cookie.startswith("cs_session="), cookie
+        return str(cookie)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, bound_s: float = 20.0) -> int | None:
         """Sends ``sig``; the exit status, or None if the process still ran after
