@@ -114,6 +114,14 @@ def add_parser(sub: Any, name: str) -> None:
         "default: better on unseen neural TTS, more false alarms on genuine calls, "
         "docs/models/synthetic_voice.md); its dev and test voices are always generated",
     )
+    p.add_argument(
+        "--arch",
+        choices=["cnn", "aasist"],
+        default="cnn",
+        help="cnn: the log-spectrogram CNN (callshield-synthetic-8k); aasist: AASIST on the raw "
+        "8 kHz waveform (callshield-aasist-8k, ~10x the CPU per window; "
+        "docs/models/synthetic_voice.md)",
+    )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
@@ -219,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
             args.lofo,
             args.stage2,
             tuple(args.with_family),
+            args.arch,
             codec_aug=args.codec_aug,
         )
     if args.verb == "install-vad":

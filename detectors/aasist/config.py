@@ -34,6 +34,7 @@ class AasistConfig:
     gat_dims: tuple[int, int]
     pool_ratios: tuple[float, float, float, float]
     temperatures: tuple[float, float, float, float]
+    sample_rate: int = SAMPLE_RATE  # the sinc bank spans 0 .. sample_rate / 2 (mel-spaced)
 
     @property
     def sinc_taps(self) -> int:

@@ -44,7 +44,7 @@ def build_model(cfg: AasistConfig, *, literal_residual: bool = True) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            self.bank = torch.from_numpy(sinc_bank(cfg.n_sinc, cfg.sinc_taps))
+            self.bank = torch.from_numpy(sinc_bank(cfg.n_sinc, cfg.sinc_taps, cfg.sample_rate))
 
         def forward(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1, F, T]
             y = func.conv1d(wave.unsqueeze(1), self.bank)

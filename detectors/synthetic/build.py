@@ -30,7 +30,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ from detectors.synthetic.dataset import Budget, Clip
 from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 
 NAME = "callshield-synthetic-8k"
+AASIST_NAME = "callshield-aasist-8k"  # --arch aasist: its own name, installable beside the CNN
+NAMES = {"cnn": NAME, "aasist": AASIST_NAME}
 VERSION = "1.0.0"
 OPSET = 17
 TOLERANCE = 1e-5  # max |ONNX Runtime - torch| on the output, P(spoof)
@@ -66,6 +68,10 @@ STAGE2 = {  # --stage2: the measured (and rejected) continuation
     "wide": TrainConfig(stage2_windows=8_000),
     "narrow": TrainConfig(stage2_windows=8_000, stage2_wide=False),
 }
+# --arch aasist: sized so that training takes under an hour on this 2-core box (the
+# raw-waveform network costs ~10x the CNN per window; docs/models/synthetic_voice.md)
+AASIST_TRAIN = TrainConfig(windows=4_000, epochs=1, batch=32, lr=2e-3, arch="aasist")
+TRAIN_BY_ARCH = {"cnn": TrainConfig(), "aasist": AASIST_TRAIN}
 QUICK_SYSTEMS = ("espeak_en-us", "espeak_en-us-f3", "espeak_en-us-m7", "griffinlim_gl32")
 
 
@@ -91,7 +97,7 @@ def default_work_dir() -> Path:
     return Path(base) / "callshield" / "train-synthetic"
 
 
-def _stage(path: Path, say: Any) -> tuple[Any, list[float]]:
+def _stage(path: Path, say: Any, arch: str = "cnn") -> tuple[Any, list[float]]:
     """A training stage's cached state dict (the work directory is a cache, keyed by
     seed and that stage's settings), or (None, []) when it is not there."""
     if not path.is_file():
@@ -99,7 +105,7 @@ def _stage(path: Path, say: Any) -> tuple[Any, list[float]]:
     import torch
 
     say(f"using the cached state dict {path.name} (delete it to train again)")
-    return train.from_state(torch.load(path)), []
+    return train.from_state(torch.load(path), arch), []
 
 
 def export_onnx(model: Any) -> bytes:
@@ -257,12 +263,14 @@ def make_manifest(
     provenance: str,
     licence: str,
     quick: bool,
+    arch: str = "cnn",
 ) -> ModelManifest:
+    name = NAMES[arch]
     return ModelManifest(
-        name=NAME,
+        name=name,
         version=version,
         dimension=Dimension.SYNTHETIC_VOICE,
-        file=f"{NAME}-{version}.onnx",
+        file=f"{name}-{version}.onnx",
         sha256=hashlib.sha256(onnx_bytes).hexdigest(),
         input=InputSpec(name=INPUT_NAME, sample_rate=channel.RATE, window=WINDOW, hop=HOP),
         output=OutputSpec(score=OUTPUT_NAME, score_transform="identity"),
@@ -274,14 +282,21 @@ def make_manifest(
         training_speakers=tuple(sorted(training_speakers)),
         description=(
             ("QUICK BUILD (test only, not a detector): " if quick else "")
-            + "CallShield's own synthetic-voice model for 8 kHz telephone audio: log "
-            "spectrogram + small CNN, 3 s windows, score = P(spoof). Trained on the shared "
+            + "CallShield's own synthetic-voice model for 8 kHz telephone audio: "
+            + ARCH_TEXT[arch]
+            + ", 3 s windows, score = P(spoof). Trained on the shared "
             "corpus against espeak-ng, flite, festival, piper, Kokoro and WORLD / Griffin-Lim "
             "resynthesis through simulated telephone channels; thresholds per codec at "
             "the 95 % upper bound of the dev speakers' genuine 98th percentile. See "
             "docs/models/synthetic_voice.md for the measured figures and the weaknesses."
         ),
     )
+
+
+ARCH_TEXT = {
+    "cnn": "log spectrogram + small CNN",
+    "aasist": "AASIST (raw waveform, 8 kHz sinc front end, graph attention; arch aasist)",
+}
 
 
 def write_testset(clips: list[Clip], root: Path) -> int:
@@ -309,9 +324,12 @@ def build(
     progress: Any = None,
     hold_out: str | None = None,
     with_families: tuple[str, ...] = (),
+    arch: str = "cnn",
     codec_aug: bool = False,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
+    if arch not in NAMES:
+        raise BuildError(f"unknown architecture {arch!r} (one of {', '.join(NAMES)})")
     started = time.monotonic()
     utts = corpus.load_corpus(speech_dir)
     if quick:
@@ -334,7 +352,7 @@ def build(
             raise BuildError(f"the {p} part needs bona fide and spoof clips")
     say("clips: " + ", ".join(f"{p} {len(v)}" for p, v in parts.items()))
     audio = {p: dataset.load_8k(parts[p]) for p in ("train", "dev")}
-    cfg = cfg or (train.QUICK if quick else TrainConfig())
+    cfg = replace(cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch]), arch=arch)
     if codec_aug:  # the perceptual-codec step in the training channel (--codec-aug)
         cfg = TrainConfig(**{**asdict(cfg), "codec_aug": True})
     t0 = time.monotonic()
@@ -345,16 +363,16 @@ def build(
     import torch
 
     t0 = time.monotonic()
-    suffix = f"s{seed}{'-quick' if quick else ''}"
+    suffix = f"s{seed}{'-quick' if quick else ''}{'' if arch == 'cnn' else '-' + arch}"
     trained = [c.system for c in parts["train"] if c.label == 1]
     cached = work / f"model-{suffix}-stage1-{train.stage_key(cfg, 1, trained)}.pt"
-    model, losses = _stage(cached, say)
+    model, losses = _stage(cached, say, arch)
     if model is None:
         model, losses = train.train(windows, labels, cfg, seed, say)
         torch.save(model.state_dict(), cached)
     if cfg.stage2_windows:
         cached = work / f"model-{suffix}-stage2-{train.stage_key(cfg, 2, trained)}.pt"
-        final, more = _stage(cached, say)
+        final, more = _stage(cached, say, arch)
         if final is None:
             w2, l2 = train.draw_windows(
                 parts["train"], audio["train"], cfg.stage2_windows, seed + STAGE2_SEED,
@@ -389,7 +407,7 @@ def build(
     provenance = (
         f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}"
         + (f", {hold_out} held out" if hold_out else "")
-        + ") "
+        + f", arch {arch}) "
         f"on the shared speech corpus: {len(train_bona)} bona fide training speakers, "
         f"{sum(c.label == 0 for c in parts['train'])} files; spoof systems {', '.join(families)}; "
         f"{cfg.windows} telephone-channel windows"
@@ -402,7 +420,7 @@ def build(
         + data_licences(used)
     )
     manifest = make_manifest(
-        onnx_bytes, version, thresholds, train_bona, provenance, LICENCE, quick
+        onnx_bytes, version, thresholds, train_bona, provenance, LICENCE, quick, arch
     )
     installed = ModelStore(out_dir).add_built(onnx_bytes, manifest)
     testset = work / f"testset-s{seed}{'-quick' if quick else ''}"
@@ -415,6 +433,7 @@ def build(
         "model": installed.manifest.key,
         "installed": str(installed.model_path),
         "seed": seed,
+        "arch": arch,
         "quick": quick,
         "config": asdict(cfg),
         "speakers": {
@@ -434,7 +453,7 @@ def build(
     }
     if held_out is not None:
         report["held_out"] = held_out
-    (work / f"report-s{seed}{'-quick' if quick else ''}.json").write_text(
+    (work / f"report-{suffix}.json").write_text(
         json.dumps(report, indent=2) + "\n", encoding="utf-8"
     )
     return BuildResult(installed, report, model)
@@ -450,6 +469,7 @@ def run_cli(
     lofo_all: bool = False,
     stage2: str | None = None,
     with_families: tuple[str, ...] = (),
+    arch: str = "cnn",
     codec_aug: bool = False,
 ) -> int:
     from detectors.aasist.importer import torch_available
@@ -473,6 +493,7 @@ def run_cli(
             hold_out=hold_out,
             cfg=None if stage2 is None or quick else STAGE2[stage2],
             with_families=with_families,
+            arch=arch,
             codec_aug=codec_aug,
         )  # fmt: skip
         installed, report = result.installed, result.report
@@ -493,7 +514,7 @@ def run_cli(
     print(f"  test split laid out in {report['testset']}; measure it with:")
     print(
         f"  callshield eval {report['testset']} --models-dir {out_dir} "
-        f"--detector {NAME} --by-family"
+        f"--detector {NAMES[arch]} --by-family"
     )
     return 0
 

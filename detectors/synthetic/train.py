@@ -58,9 +58,25 @@ class TrainConfig:
     stage2_epochs: int = 2
     stage2_lr: float = 1e-3
     stage2_wide: bool = True  # stage 2 through the wide channel (False: the stage-1 one)
+    arch: str = "cnn"  # the network (ARCHS): cnn (model.py) or aasist (aasist_net.py)
 
 
 QUICK = TrainConfig(windows=96, epochs=1, batch=16, stage2_windows=32, stage2_epochs=1)
+ARCHS = ("cnn", "aasist")
+
+
+def new_model(arch: str) -> Any:
+    """A freshly initialised network of ``arch`` (torch)."""
+    if arch == "aasist":
+        from detectors.synthetic import aasist_net
+
+        return aasist_net.build_model()
+    if arch != "cnn":
+        raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
+    from detectors.synthetic.model import build_model
+
+    return build_model()
+
 
 _AUDIO: list[FloatArray] = []  # set before the pool forks (workers inherit it)
 
@@ -143,11 +159,9 @@ def train(
     dict to start from (the second stage), which also selects the stage-2 schedule."""
     import torch
 
-    from detectors.synthetic.model import build_model
-
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    model = build_model()
+    model = new_model(cfg.arch)
     lr, epochs = cfg.lr, cfg.epochs
     if init is not None:
         model.load_state_dict(init)
@@ -173,6 +187,8 @@ def train(
             opt.step()
             sched.step()
             total += loss.item()
+            if progress and (step + 1) % 25 == 0:
+                progress(f"  step {step + 1}/{steps_per_epoch}: mean loss {total / (step + 1):.4f}")
         losses.append(total / steps_per_epoch)
         if progress:
             progress(f"epoch {epoch + 1}/{epochs}: loss {losses[-1]:.4f}")
@@ -193,14 +209,16 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
     if stage == 2:
         fields += (cfg.stage2_windows, cfg.stage2_epochs, cfg.stage2_lr)
         fields += (WIDE_CHANNEL_VERSION,) if cfg.stage2_wide else ("narrow",)
+    if cfg.arch != "cnn":  # the CNN's keys stay as they were (its cached state dicts)
+        from detectors.synthetic import aasist_net
+
+        fields += (cfg.arch, repr(aasist_net.CONFIG))
     return hashlib.sha256(repr(fields).encode()).hexdigest()[:10]
 
 
-def from_state(state: dict[str, Any]) -> Any:
-    """The network with a cached state dict (eval mode)."""
-    from detectors.synthetic.model import build_model
-
-    model = build_model()
+def from_state(state: dict[str, Any], arch: str = "cnn") -> Any:
+    """The ``arch`` network with a cached state dict (eval mode)."""
+    model = new_model(arch)
     model.load_state_dict(state)
     model.eval()
     return model
