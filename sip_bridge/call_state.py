@@ -13,7 +13,13 @@ Where it is said (each an *origin*, counted apart):
   ``X-CallShield-Call-State``), then the same header on an in-dialog re-INVITE, UPDATE
   or INFO to say ``answered``;
 - ``api``: the control API's ``call_state`` (create, PATCH) and
-  ``PUT /v1/calls/{id}/call-state`` (any live call).
+  ``PUT /v1/calls/{id}/call-state`` (any live call, also by an external id);
+- ``twilio_parameter``: ``<Parameter name="call_state" value="early"/>`` on a Twilio
+  ``<Stream>`` (a stream started before ``<Dial>``: the caller in an IVR);
+- ``audio_fork_metadata``: ``call_state`` in the mod_audio_fork / jambonz metadata.
+
+Adapters say only the state at the start; ``answered`` then comes through the control
+API by the platform's id (``by-external-id/twilio/<CallSid>``).
 
 Values, trimmed and case-insensitive: ``early`` and the SIPREC extension's early words
 (``alerting``, ``ringing``, ``progress``, ``proceeding``), Asterisk's ``ring``; and
@@ -52,7 +58,7 @@ log = logging.getLogger(__name__)
 EARLY_WORDS: Final = EARLY_STATES | {"ring"}
 ANSWERED_WORDS: Final = frozenset({"answered", "answer", "up", "connected", "confirmed", "active"})
 WORD_RE: Final = re.compile(r"^[a-z_-]{1,32}$")
-Origin = Literal["sip_header", "api"]
+Origin = Literal["sip_header", "api", "twilio_parameter", "audio_fork_metadata"]
 State = Literal["early", "answered"]
 Reason = Literal["malformed", "unknown", "conflicting", "after_answer"]
 
@@ -71,6 +77,14 @@ class Verdict:
 
     state: State | None = None
     reason: Reason | None = None
+
+
+def hint_of(origin: Origin, value: object) -> StateHint | None:
+    """An adapter's value (a JSON field) as a hint; None when absent or empty. A value
+    that is not a string stands in as its type name, so it is refused as malformed."""
+    if value is None or value == "":
+        return None
+    return StateHint(origin, (value if isinstance(value, str) else f"<{type(value).__name__}>",))
 
 
 def read_state(values: Iterable[str]) -> Verdict:

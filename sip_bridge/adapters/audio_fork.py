@@ -61,6 +61,7 @@ from sip_bridge.adapters.ws_common import (
     refuse,
 )
 from sip_bridge.adapters.ws_session import MediaSocketSession
+from sip_bridge.call_state import hint_of
 from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.settings import Settings
 from sip_bridge.tenant import hints_of
@@ -159,6 +160,14 @@ class AudioForkSession(MediaSocketSession):
             tenant_hints=hints_of(
                 "audio_fork_metadata",
                 _first(_field(meta, "tenant"), _field(data, "tenant"), self.query.get("tenant")),
+            ),
+            call_state=hint_of(
+                "audio_fork_metadata",
+                _first(
+                    _field(meta, "call_state"),
+                    _field(data, "call_state"),
+                    self.query.get("call_state"),
+                ),
             ),
         )
         pts = l16_payload_types((rate,))

@@ -49,6 +49,7 @@ from sip_bridge.adapters.ws_common import (
     refuse,
 )
 from sip_bridge.adapters.ws_session import MediaSocketSession
+from sip_bridge.call_state import hint_of
 from sip_bridge.calls import CallController, CallSetup, PushedLegSpec
 from sip_bridge.settings import Settings
 from sip_bridge.tenant import hints_of
@@ -161,6 +162,7 @@ class TwilioSession(MediaSocketSession):
             correlation_id=call_sid,
             external_ids={"twilio": call_sid, "twilio_stream": stream_sid},
             tenant_hints=hints_of("twilio_parameter", params.get("tenant")),
+            call_state=hint_of("twilio_parameter", params.get("call_state")),
         )
         specs = [
             PushedLegSpec(name, roles[name], "vendor_track", "PCMU", PAYLOAD_TYPES)

@@ -254,6 +254,44 @@ def test_metadata_names_the_tenant_and_junk_falls_back() -> None:
         bridge.stop()
 
 
+def test_metadata_call_state_says_early() -> None:
+    """``call_state`` in the listen metadata (jambonz) or the URL: ``early`` makes the call
+    early media; a value that is not a string is counted and ignored."""
+    bridge = _bridge()
+    try:
+
+        async def scenario() -> None:
+            listen = {"sampleRate": 8000, "mixType": "mono", "to": "+18005550100"}
+            sockets = []
+            for sid, meta, query in (
+                ("s-1", {"call_state": "Ringing"}, ""),
+                ("s-2", {}, "?call_state=early"),
+                ("s-3", {"call_state": 7}, ""),
+            ):
+                ws = await websockets.connect(
+                    _uri(bridge, query),
+                    subprotocols=["audio.jambonz.org"],
+                    additional_headers=BEARER,
+                )
+                await ws.send(json.dumps({**listen, "callSid": sid, "metadata": meta}))
+                sockets.append(ws)
+            sids = ("s-1", "s-2", "s-3")
+            assert wait_for(lambda: all(live_call(bridge, "jambonz", s) for s in sids))
+            calls = [live_call(bridge, "jambonz", s) for s in sids]
+            assert [c.early_media for c in calls if c is not None] == [True, True, False]
+            for ws in sockets:
+                await ws.close()
+
+        asyncio.run(asyncio.wait_for(scenario(), 30))
+        assert bridge.bridge.controller.call_states.snapshot() == {
+            ("said", "audio_fork_metadata", "early"): 2,
+            ("rejected", "audio_fork_metadata", "malformed"): 1,
+        }
+        assert wait_for(lambda: not bridge.calls())
+    finally:
+        bridge.stop()
+
+
 def test_credentials_and_draining_refuse_the_upgrade() -> None:
     bridge = _bridge(retry_after_s=4)
     off = _bridge(audio_fork_token=None, audio_fork_basic_auth=None)

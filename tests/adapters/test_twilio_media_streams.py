@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
@@ -407,3 +408,43 @@ def test_signature_required_and_checked_before_the_upgrade() -> None:
     finally:
         bridge.stop()
         off.stop()
+
+
+def test_call_state_parameter_says_early_and_the_api_answers_by_call_sid() -> None:
+    """``<Parameter name="call_state" value="early"/>`` (a stream started before
+    ``<Dial>``, the caller in an IVR): the call is early media until the control API is
+    told ``answered`` by its CallSid, over the bridge's real HTTP port. A junk value is
+    counted and the call has no early phase; the streams go on either way."""
+    bridge = RunningBridge(twilio_auth_token=TOKEN, control_api_token=TOKEN)
+    bridge.start()
+    try:
+        host, port = bridge.bridge.api.address  # type: ignore[union-attr]
+        base = f"ws://{host}:{port}"
+
+        async def scenario() -> None:
+            early = await _started(base, "5a", call_state="early")
+            junk = await _started(base, "5b", call_state="on hold")
+            sids = [tw.call_sid for _, tw in (early, junk)]
+            assert wait_for(lambda: all(live_call(bridge, "twilio", s) for s in sids))
+            calls = [live_call(bridge, "twilio", s) for s in sids]
+            assert [c.early_media for c in calls if c is not None] == [True, False]
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
+                r = await client.put(
+                    f"/v1/calls/by-external-id/twilio/{sids[0]}/call-state",
+                    json={"call_state": "answered"},
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                )
+            assert r.status_code == 200, r.text
+            assert calls[0] is not None and calls[0].early_media is False
+            for ws, _ in (early, junk):
+                await ws.close()
+
+        _run(scenario())
+        assert bridge.bridge.controller.call_states.snapshot() == {
+            ("said", "twilio_parameter", "early"): 1,
+            ("rejected", "twilio_parameter", "malformed"): 1,
+            ("said", "api", "answered"): 1,
+        }
+        assert wait_for(lambda: not bridge.calls())
+    finally:
+        bridge.stop()
