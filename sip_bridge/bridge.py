@@ -32,6 +32,7 @@ from sip_bridge.api_server import ApiServer
 from sip_bridge.bridge_metrics import IngestCollector, SipCollector, TenantCollector
 from sip_bridge.call_state import CallStateCollector
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
+from sip_bridge.leg_roles import LegRoleCollector
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
@@ -98,6 +99,8 @@ class Bridge:
             ),
             tenant_header=s.tenant_header,
             call_state_header=s.call_state_header,
+            leg_roles_header=s.leg_roles_header,
+            leg_role_labels=s.leg_role_labels,
         )
         self.uas = SipUas(self.controller, config)
         tls = None
@@ -119,6 +122,7 @@ class Bridge:
             registry.register(SipCollector(self.uas.stats))
             registry.register(TenantCollector(self.tenants.snapshot))
             registry.register(CallStateCollector(self.controller.call_states.snapshot))
+            registry.register(LegRoleCollector(self.controller.leg_roles.snapshot))
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
 

@@ -12,6 +12,10 @@ Early media (issue 10): a call is early (scored, never alerting) while SIPREC me
 or the PBX's own word (``sip_bridge.call_state``: a SIP header, the control API) says it
 is not answered yet; one state, whoever said it last, and once answered it stays so.
 
+Plain SIP forks (issue 10): a leg's role is what the PBX said for its m-line
+(``sip_bridge.leg_roles``: a SIP header, an ``a=label`` role word), kept per m-line index
+across re-INVITEs until restated or the line is removed; else ``mixed``.
+
 SIPREC metadata updates merge into the call's metadata (partial updates change what
 they name); a leg whose sending participant changes (a transfer, re-anchoring) keeps
 its id and is analysed under its new role, its RTP source lock re-armed with probation
@@ -33,6 +37,7 @@ from detectors.alert_schema import CallEvent, LegRole
 from native.ingest import PayloadType
 from native.srtp import SrtpKey
 from sip_bridge.call_state import CallStates, StateHint, Verdict, judge
+from sip_bridge.leg_roles import LegRoleStats, Origin, RoleStatement, decide
 from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.offer_answer import NegotiatedStream
@@ -80,7 +85,7 @@ class Leg:
     index: int  # m= line of the SDP (or the API's order)
     label: str | None
     role: LegRole
-    role_source: str  # siprec_metadata, vendor_track, api, m_line_guess
+    role_source: str  # siprec_metadata, vendor_track, api, sip_header, sdp_label, m_line_guess
     codec: str
     local_port: int
     remote: tuple[str, int] | None
@@ -109,6 +114,7 @@ class Call:
     early_media: bool = False  # not answered yet (SIPREC metadata, sip_bridge.call_state)
     tenant: str = "default"  # decided when the call starts (sip_bridge.tenant)
     tenant_source: str = "default"  # which step decided it
+    stated_roles: dict[int, tuple[LegRole, Origin]] = field(default_factory=dict)  # plain SIP
 
 
 class CallPublisher(Protocol):
@@ -156,6 +162,7 @@ class CallSetup:
     tenant_hints: tuple[Hint, ...] = ()  # explicit tenant values, in priority order
     source: str = ""  # the signalling peer's address (tenant mapping by trunk)
     call_state: StateHint | None = None  # the PBX's word: early media until answered
+    leg_roles_said: RoleStatement | None = None  # plain SIP: the PBX's word on its m-lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,12 +210,14 @@ class CallController:
         admission: CallAdmission | None = None,
         tenants: TenantResolver | None = None,
         call_states: CallStates | None = None,
+        leg_roles: LegRoleStats | None = None,
     ) -> None:
         self.media = media
         self.publisher = publisher
         self.admission = admission
         self.tenants = tenants or TenantResolver()
         self.call_states = call_states or CallStates()
+        self.leg_roles = leg_roles or LegRoleStats()
         self.calls: dict[str, Call] = {}
         self.draining = False
 
@@ -237,6 +246,7 @@ class CallController:
         if metadata is not None:
             self._apply_metadata(call, metadata)
         self._apply_state(call, setup.call_state, starting=True)
+        self._state_roles(call, setup.leg_roles_said)
         self._resolve_tenant(call, setup)
         admitted = self.admission is not None and not unanalyzed
         if admitted and self.admission is not None:
@@ -329,14 +339,16 @@ class CallController:
         streams: list[NegotiatedStream] | None,
         metadata: RecordingMetadata | None = None,
         call_state: StateHint | None = None,
+        leg_roles: RoleStatement | None = None,
     ) -> dict[int, int]:
-        """A re-INVITE/UPDATE: new streams, codecs, ports, direction, metadata or call
-        state (one event for all of it)."""
+        """A re-INVITE/UPDATE: new streams, codecs, ports, direction, metadata, call
+        state or leg roles (one event for all of it)."""
         call = self.calls[call_id]
         was_held = bool(call.legs) and all(leg.paused for leg in call.legs.values())
         if metadata is not None:
             self._apply_metadata(call, metadata)
         self._apply_state(call, call_state, starting=False)
+        self._state_roles(call, leg_roles)
         if streams is None:
             ports = {leg.index: leg.local_port for leg in call.legs.values()}
             self._assign_roles(call, metadata)
@@ -414,6 +426,7 @@ class CallController:
                 if leg is not None:
                     self.media.close_leg(leg.leg_id)
                     del call.legs[leg.leg_id]
+                    call.stated_roles.pop(s.index, None)  # a re-used line starts afresh
                 continue
             remote = (s.remote_host, s.remote_port) if s.remote_host else None
             source = (s.remote_host, 0) if s.remote_host else None
@@ -442,6 +455,7 @@ class CallController:
         for gone in by_index.values():  # m-lines no longer offered
             self.media.close_leg(gone.leg_id)
             del call.legs[gone.leg_id]
+            call.stated_roles.pop(gone.index, None)
         self._assign_roles(call, metadata)
         return ports
 
@@ -455,6 +469,20 @@ class CallController:
         if verdict.state is not None:
             call.early_media = verdict.state == "early"
         return verdict
+
+    def _state_roles(self, call: Call, statement: RoleStatement | None) -> None:
+        """What a plain SIP request said about its legs (``sip_bridge.leg_roles``):
+        decided, counted, kept by m-line index (applied by ``_assign_roles``). A SIPREC
+        call's header is counted and ignored (its metadata decides)."""
+        if statement is None:
+            return
+        if call.kind != "sip":
+            if statement.header is not None and any(e.strip() for e in statement.header):
+                self.leg_roles.reject("sip_header", "siprec", call.call_id)
+            return
+        decision = decide(statement)
+        self.leg_roles.count(decision, statement.header, call.call_id)
+        call.stated_roles.update(decision.roles)  # a valid header names every audio line
 
     def _apply_metadata(self, call: Call, update: RecordingMetadata) -> None:
         previous = call.metadata
@@ -485,7 +513,9 @@ class CallController:
             elif metadata is None and leg.role_source == "siprec_metadata":
                 continue  # keep what earlier metadata said
             elif call.kind == "sip":
-                leg.role, leg.role_source = LegRole.MIXED, "m_line_guess"
+                leg.role, leg.role_source = call.stated_roles.get(
+                    leg.index, (LegRole.MIXED, "m_line_guess")
+                )
         if metadata is not None:
             _siprec_parties(call, metadata)
 

@@ -129,6 +129,14 @@ class Settings(BaseSettings):
     # says the forked call is not answered yet ("early"), on a re-INVITE, UPDATE or INFO
     # that it was ("answered"); until then its windows never alert. "" = not read
     call_state_header: str = "X-CallShield-Call-State"
+    # leg roles of a plain SIP fork (sip_bridge.leg_roles, docs/attach.md): this SIP header
+    # on the INVITE (or a re-INVITE/UPDATE) lists the role of each audio m-line in order,
+    # e.g. "external,internal" (external, internal, mixed, unknown); without it those legs
+    # are mixed and voice detectors abstain. "" = not read
+    leg_roles_header: str = "X-CallShield-Leg-Roles"
+    # a plain SIP fork's m-line whose a=label is exactly a role word (external, internal,
+    # mixed, unknown; case-insensitive) gets that role when the header does not name it
+    leg_role_labels: bool = True
     # the tenant of calls nothing else names (a tenant id, ^[a-z0-9][a-z0-9_-]{0,31}$)
     tenant_default: str = "default"
     # comma-separated tenant ids; when set, an explicit value outside it (and outside
@@ -169,7 +177,7 @@ class Settings(BaseSettings):
             raise ValueError("sip_tls_listen and sip_tls_ca need sip_tls_cert and sip_tls_key")
         return self
 
-    @field_validator("tenant_header", "call_state_header")
+    @field_validator("tenant_header", "call_state_header", "leg_roles_header")
     @classmethod
     def _header_name(cls, value: str, info: ValidationInfo) -> str:
         if value and not HEADER_NAME_RE.fullmatch(value):

@@ -16,6 +16,9 @@ are read once, the PASSporT verified against the configured trust store.
 Early media (``sip_bridge.call_state``): the INVITE's ``call_state_header`` says the
 forked call is not answered yet; the same header on a re-INVITE, UPDATE or INFO says it
 was answered. A bad value is counted and ignored, the request answered as without it.
+Leg roles of a plain SIP fork (``sip_bridge.leg_roles``): the INVITE's
+``leg_roles_header`` lists the role of each audio m-line, or an m-line's ``a=label`` is a
+role word; a re-INVITE or UPDATE may restate them. Bad values are counted and ignored.
 Draining (SIGTERM): plain INVITEs get 503 + Retry-After; SIPREC is still answered and
 marked ``unanalyzed:capacity`` (DESIGN §8).
 """
@@ -32,6 +35,7 @@ from typing import Final
 
 from sip_bridge.call_state import StateHint
 from sip_bridge.calls import CallController, CallSetup
+from sip_bridge.leg_roles import RoleStatement
 from sip_bridge.media import CapacityError
 from sip_bridge.sip.body import RequestBody, read_body
 from sip_bridge.sip.dialog import (
@@ -64,6 +68,7 @@ from sip_bridge.sip.offer_answer import (
     negotiate,
 )
 from sip_bridge.sip.passport import TrustStore
+from sip_bridge.sip.sdp import SessionDescription
 from sip_bridge.sip.siprec import RecordingMetadata
 from sip_bridge.sip.transaction import (
     Outgoing,
@@ -97,6 +102,8 @@ class UasConfig:
     wall_clock: Callable[[], float] = time.time  # PASSporT iat freshness
     tenant_header: str = "X-CallShield-Tenant"  # the PBX's explicit tenant ("" = not read)
     call_state_header: str = "X-CallShield-Call-State"  # early media ("" = not read)
+    leg_roles_header: str = "X-CallShield-Leg-Roles"  # plain SIP leg roles ("" = not read)
+    leg_role_labels: bool = True  # an a=label that is a role word names its leg's role
 
 
 class SipUas:
@@ -266,6 +273,25 @@ class SipUas:
             return None
         return StateHint("sip_header", tuple(p for v in raw for p in v.split(",")))
 
+    def _leg_roles(
+        self, req: SipRequest, sdp: SessionDescription | None, streams: list[NegotiatedStream]
+    ) -> RoleStatement:
+        """What the request says about its legs: the leg-roles header (comma lists
+        split) against ``sdp``'s audio m-lines (no SDP: our late offer's, all audio),
+        and their role labels when read."""
+        name = self.config.leg_roles_header
+        raw = req.headers.get_all(name) if name else []
+        header = tuple(p for v in raw for p in v.split(",")) if raw else None
+        if sdp is None:
+            return RoleStatement(header, tuple(s.index for s in streams))
+        audio = [(i, m) for i, m in enumerate(sdp.media) if m.media == "audio"]
+        labels = (
+            tuple((i, m.label) for i, m in audio if m.label is not None)
+            if self.config.leg_role_labels
+            else ()
+        )
+        return RoleStatement(header, tuple(i for i, _ in audio), labels)
+
     def _answer(self, dialog: Dialog, now: float) -> list[Outgoing]:
         dialog.answer_at = None
         dialog.reliable = None  # answered: stop retransmitting the 180 (RFC 3262 §3)
@@ -280,6 +306,7 @@ class SipUas:
             tenant_hints=self._tenant_hints(req, dialog.metadata),
             source=tx.peer.host,
             call_state=self._call_state(req),
+            leg_roles_said=self._leg_roles(req, dialog.offer, dialog.streams),
         )
         try:
             call, ports = self.controller.start_call(
@@ -343,8 +370,11 @@ class SipUas:
                 streams = negotiate(body.sdp)
             except NotAcceptableError:
                 return [self._reply(tx, 488, now)]
+        said = self._leg_roles(req, body.sdp or dialog.offer, streams or dialog.streams)
+        if body.sdp is None:  # no SDP: labels are the session's, not restated here
+            said = replace(said, labels=())
         ports = self.controller.update_call(
-            dialog.call_id, streams, body.metadata, self._call_state(req)
+            dialog.call_id, streams, body.metadata, self._call_state(req), said
         )
         if body.metadata is not None:
             dialog.metadata = body.metadata

@@ -1,0 +1,198 @@
+"""Which party each leg of a plain SIP fork carries, as the PBX says it (issue 10:
+audio provenance).
+
+A PBX forking a call's media to the bridge with an ordinary INVITE (not SIPREC: no
+metadata) sends one audio m-line per direction it forks, or one of both parties mixed.
+Nothing in SDP says which is which, so without a word from the PBX every leg of such a
+call is ``mixed`` (``role_source`` ``m_line_guess``) and voice detectors abstain on it
+(``leg_unknown``, DESIGN §2). The PBX can say it two ways (each an *origin*, counted
+apart):
+
+- ``sip_header``: a header on the INVITE (``leg_roles_header``, default
+  ``X-CallShield-Leg-Roles``) listing the role of each *audio* m-line of its SDP, in
+  order, comma-separated (several header lines are read as one list, RFC 3261 §7.3.1):
+  ``X-CallShield-Leg-Roles: external,internal``. A PBX forking only the caller's
+  direction sends one ``sendonly`` m-line and ``X-CallShield-Leg-Roles: external``.
+- ``sdp_label``: an m-line's ``a=label:`` (RFC 4574) whose whole value, trimmed and
+  case-insensitive, is a role word. RFC 4574 labels are free text (SIPREC uses them as
+  stream ids, "1", "96757"), so only these four exact values map; anything else
+  (``caller``, ``agent``, ``ext``, ``1``) is a label, not a role, and is not counted.
+
+Role words: ``external`` (the outside party), ``internal`` (the agent, IVR or callee
+inside), ``mixed`` (both parties on one stream), ``unknown``. ``caller``/``callee`` are
+deliberately not roles: on an outbound call the caller is the internal party.
+
+Precedence: a valid header decides every audio m-line of its SDP (labels are then not
+read; one that names a different role is counted ``overridden``); without one, role
+labels decide their lines; lines neither names are ``mixed`` (``m_line_guess``), as
+before. SIPREC calls take roles from their metadata only: the header on a SIPREC INVITE
+is counted ``siprec`` and ignored, and their labels are stream ids. Calls created
+through the control API take the API's roles; the API does not create SIP dialogs, so
+the two never name the same leg.
+
+A bad header is refused whole (a half-read list could call the agent ``external``, and
+the internal leg must never be embedded): counted by origin and reason (``malformed``:
+an entry not a word of letters, ``-`` and ``_`` up to 32 characters; ``unknown``: a word
+not a role; ``count_mismatch``: not one entry per audio m-line) and ignored, the legs
+staying as without it. SIP never refuses a call or an update for it.
+
+Re-INVITE / UPDATE with SDP: m-lines keep their position (RFC 3264 §8), so a role stays
+with its m-line index. A valid header restates every audio m-line of the new SDP (a role
+can change, e.g. after a transfer re-anchors a stream); without one, role labels restate
+their lines and every other line keeps the role it had; an added line nobody names is
+``mixed``. A line removed (port 0, or gone) forgets its role, so a line later re-used at
+that position starts from the default. A re-INVITE without SDP reads the header against
+the session's current SDP.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from detectors.alert_schema import LegRole
+
+log = logging.getLogger(__name__)
+
+ROLE_WORDS: Final = {r.value: r for r in LegRole}
+WORD_RE: Final = re.compile(r"^[a-z_-]{1,32}$")
+Origin = Literal["sip_header", "sdp_label"]
+Reason = Literal["malformed", "unknown", "count_mismatch", "siprec", "overridden"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoleStatement:
+    """What one plain SIP INVITE, re-INVITE or UPDATE says about its legs."""
+
+    header: tuple[str, ...] | None  # the header's entries, comma lists split (None: absent)
+    audio: tuple[int, ...]  # the m-line index of each audio m-line of its SDP, in order
+    labels: tuple[tuple[int, str], ...] = ()  # (m-line index, a=label) of audio lines
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A statement read: the roles it gives by m-line index (with their origin) and
+    what to count (``said``: a role taken; ``rejected``: a value ignored, and why)."""
+
+    roles: dict[int, tuple[LegRole, Origin]] = field(default_factory=dict)
+    said: tuple[tuple[Origin, LegRole], ...] = ()
+    rejected: tuple[tuple[Origin, Reason], ...] = ()
+
+
+def label_role(label: str | None) -> LegRole | None:
+    """The role an ``a=label`` names (its whole value a role word), else None."""
+    if label is None:
+        return None
+    return ROLE_WORDS.get(label.strip().lower())
+
+
+def read_header(entries: tuple[str, ...], audio_lines: int) -> tuple[LegRole, ...] | Reason:
+    """The roles a header lists, or why it is refused; pure."""
+    words = [e.strip().lower() for e in entries]
+    if any(not WORD_RE.fullmatch(w) for w in words):
+        return "malformed"
+    if any(w not in ROLE_WORDS for w in words):
+        return "unknown"
+    if len(words) != audio_lines:
+        return "count_mismatch"
+    return tuple(ROLE_WORDS[w] for w in words)
+
+
+def decide(statement: RoleStatement) -> Decision:
+    """The roles ``statement`` gives (module doc: header first, then role labels)."""
+    labelled = {i: r for i, lab in statement.labels if (r := label_role(lab)) is not None}
+    entries = statement.header
+    if entries is None or not any(e.strip() for e in entries):
+        return Decision(
+            {i: (r, "sdp_label") for i, r in labelled.items()},
+            tuple(("sdp_label", r) for r in labelled.values()),
+        )
+    read = read_header(entries, len(statement.audio))
+    if isinstance(read, str):
+        return Decision(
+            {i: (r, "sdp_label") for i, r in labelled.items()},
+            tuple(("sdp_label", r) for r in labelled.values()),
+            (("sip_header", read),),
+        )
+    roles = dict(zip(statement.audio, read, strict=True))
+    overridden = sum(1 for i, r in labelled.items() if roles.get(i, r) is not r)
+    return Decision(
+        {i: (r, "sip_header") for i, r in roles.items()},
+        tuple(("sip_header", r) for r in read),
+        (("sdp_label", "overridden"),) * overridden,
+    )
+
+
+@dataclass
+class LegRoleStats:
+    """Counts what every origin said (``stats``, for /metrics); thread-safe."""
+
+    stats: Counter[tuple[str, ...]] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, decision: Decision, entries: tuple[str, ...] | None, call_id: str) -> None:
+        """Record a decision; a refused header is logged (shortened)."""
+        with self._lock:
+            for origin, role in decision.said:
+                self.stats["said", origin, role.value] += 1
+            for origin, reason in decision.rejected:
+                self.stats["rejected", origin, reason] += 1
+        for origin, reason in decision.rejected:
+            log.warning(
+                "call %s: leg roles from %s ignored (%s): %s",
+                call_id or "-",
+                origin,
+                reason,
+                _shown(entries or ()) if origin == "sip_header" else "a=label",
+            )
+
+    def reject(self, origin: Origin, reason: Reason, call_id: str) -> None:
+        with self._lock:
+            self.stats["rejected", origin, reason] += 1
+        log.warning("call %s: leg roles from %s ignored (%s)", call_id or "-", origin, reason)
+
+    def snapshot(self) -> dict[tuple[str, ...], int]:
+        with self._lock:
+            return dict(self.stats)
+
+
+class LegRoleCollector(Collector):
+    """``callshield_leg_role_total{origin,role}`` (roles taken, one per m-line) and
+    ``callshield_leg_role_rejected_total{origin,reason}`` (values ignored)."""
+
+    def __init__(self, snapshot: Callable[[], dict[tuple[str, ...], int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        said = CounterMetricFamily(
+            "callshield_leg_role",
+            "leg roles a plain SIP fork stated (one per m-line), by origin and role",
+            labels=["origin", "role"],
+        )
+        rejected = CounterMetricFamily(
+            "callshield_leg_role_rejected",
+            "leg-role statements ignored, by origin and reason (malformed, unknown, "
+            "count_mismatch, siprec, overridden)",
+            labels=["origin", "reason"],
+        )
+        for key, n in sorted(self._snapshot().items()):
+            if key[0] == "said":
+                said.add_metric([key[1], key[2]], float(n))
+            elif key[0] == "rejected":
+                rejected.add_metric([key[1], key[2]], float(n))
+        return [said, rejected]
+
+
+def _shown(values: tuple[str, ...]) -> str:
+    """A refused value for the log: a short, printable prefix, never the whole input."""
+    text = ",".join(values)
+    safe = "".join(c if c.isprintable() else "?" for c in text[:40])
+    return repr(safe) + ("..." if len(text) > 40 else "")
