@@ -37,7 +37,15 @@ from detectors.alert_schema import CallEvent, LegRole
 from native.ingest import PayloadType
 from native.srtp import SrtpKey
 from sip_bridge.call_state import CallStates, StateHint, Verdict, judge
-from sip_bridge.leg_roles import LegRoleStats, Origin, RoleStatement, decide
+from sip_bridge.leg_roles import (
+    Decision,
+    LegRoleStats,
+    Origin,
+    Reason,
+    RoleStatement,
+    decide,
+    read_api,
+)
 from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.offer_answer import NegotiatedStream
@@ -374,6 +382,28 @@ class CallController:
             self._emit(call, "updated", "answered")
         return verdict
 
+    def set_leg_roles(self, call_id: str, said: dict[str, str]) -> Reason | None:
+        """The control API's roles for a live plain SIP call's legs (``said``: leg id
+        or m-line index -> role), all or nothing: kept per m-line above anything SIP
+        says until the line is removed, ``updated`` emitted when a role changed. A
+        refusal is counted (origin ``api``) and returned, nothing changed. KeyError: no
+        such call."""
+        call = self.calls[call_id]
+        if call.kind != "sip":
+            self.leg_roles.reject("api", "not_plain_sip", call_id)
+            return "not_plain_sip"
+        read = read_api(said, {leg.leg_id: leg.index for leg in call.legs.values()})
+        if isinstance(read, str):
+            self.leg_roles.reject("api", read, call_id)
+            return read
+        before = {leg.leg_id: leg.role for leg in call.legs.values()}
+        call.stated_roles.update({i: (role, "api") for i, role in read.items()})
+        self.leg_roles.count(Decision(said=tuple(("api", r) for r in read.values())), None, "")
+        self._assign_roles(call, None)
+        if before != {leg.leg_id: leg.role for leg in call.legs.values()}:
+            self._emit(call, "updated", "leg_roles")
+        return None
+
     def check_call_state(self, call_id: str | None, hint: StateHint) -> Verdict:
         """How ``hint`` would be judged for a live call (None: a call about to start),
         without counting or applying it (the control API refuses before changing
@@ -482,7 +512,13 @@ class CallController:
             return
         decision = decide(statement)
         self.leg_roles.count(decision, statement.header, call.call_id)
-        call.stated_roles.update(decision.roles)  # a valid header names every audio line
+        for index, (role, origin) in decision.roles.items():
+            held = call.stated_roles.get(index)
+            if held is not None and held[1] == "api":  # the API's word stays
+                if held[0] is not role:
+                    self.leg_roles.reject(origin, "overridden", call.call_id)
+                continue
+            call.stated_roles[index] = (role, origin)  # a valid header names every line
 
     def _apply_metadata(self, call: Call, update: RecordingMetadata) -> None:
         previous = call.metadata

@@ -8,7 +8,9 @@ advertised address, PATCH metadata (and ``call_state``: early media until answer
 DELETE it; a call whose legs all stay silent for the RTP timeout ends by itself (reason
 ``rtp_timeout``). ``PUT /v1/calls/{id}/call-state`` says answered for any live call, also
 found by an id of the PBX's (``/v1/calls/by-external-id/{system}/{value}/call-state``,
-e.g. ``sip-call-id``: the Call-ID of the SIP fork).
+e.g. ``sip-call-id``: the Call-ID of the SIP fork). ``PUT /v1/calls/{id}/leg-roles``
+(also by external id) says which party each leg of a plain SIP fork carries, for a PBX
+that cannot add the leg-roles header to its fork (``sip_bridge.leg_roles``).
 
 Every request needs ``Authorization: Bearer <control_api_token>`` (settings; compared in
 constant time), checked before the body is even parsed: missing or wrong -> 401; no
@@ -30,6 +32,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
+from detectors.alert_schema import LegRole
 from sip_bridge.attach import (
     STATE_DOC,
     AttachedCalls,
@@ -122,6 +125,29 @@ class CallStateIn(BaseModel):
 class CallStateView(BaseModel):
     call_id: str
     early_media: bool
+
+
+class LegRolesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    roles: dict[str, str] = Field(
+        min_length=1,
+        max_length=16,
+        description='leg id, or the m-line index in decimal ("0" = the INVITE\'s first '
+        "m-line) -> external, internal, mixed or unknown",
+    )
+
+
+class LegRoleView(BaseModel):
+    leg_id: str
+    index: int = Field(description="the leg's m-line in the SDP")
+    role: LegRole
+    role_source: str
+
+
+class LegRolesView(BaseModel):
+    call_id: str
+    legs: list[LegRoleView]
 
 
 def control_router(controller: CallController, settings: Settings) -> APIRouter:
@@ -271,6 +297,61 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
         for call_id in ids:
             out.append(await set_call_state(call_id, body))
         return out
+
+    @router.put(
+        "/{call_id}/leg-roles",
+        response_model=LegRolesView,
+        summary="Which party each leg of a live plain SIP fork carries",
+        responses={
+            404: {"description": "no such live call (or leg) on this bridge"},
+            409: {"description": "not a plain SIP call: its roles come from elsewhere"},
+        },
+    )
+    async def set_leg_roles(call_id: str, body: LegRolesIn) -> LegRolesView:
+        """For a PBX that cannot add ``X-CallShield-Leg-Roles`` to its fork: the roles
+        of the named legs, all or nothing; they win over what SIP says for those m-lines
+        until the line is removed. SIPREC calls take roles from their metadata, adapters'
+        from their tracks, this API's own calls from ``PATCH`` (409). Refusals are
+        counted (``callshield_leg_role_rejected_total{origin="api"}``)."""
+        if call_id not in controller.calls:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such live call")
+        refused = controller.set_leg_roles(call_id, body.roles)
+        if refused == "not_plain_sip":
+            raise HTTPException(
+                status.HTTP_409_CONFLICT, "not a plain SIP call: its roles come from elsewhere"
+            )
+        if refused == "no_such_leg":
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no such leg (leg id or m-line)")
+        if refused is not None:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"leg role refused ({refused}): say external, internal, mixed or unknown",
+            )
+        legs = sorted(controller.calls[call_id].legs.values(), key=lambda leg: leg.index)
+        return LegRolesView(
+            call_id=call_id,
+            legs=[
+                LegRoleView(leg_id=g.leg_id, index=g.index, role=g.role, role_source=g.role_source)
+                for g in legs
+            ],
+        )
+
+    @router.put(
+        "/by-external-id/{system}/{value}/leg-roles",
+        response_model=list[LegRolesView],
+        summary="The same, for the live calls an id of yours names (e.g. sip-call-id)",
+        responses={
+            404: {"description": "no live call on this bridge carries that id"},
+            409: {"description": "not a plain SIP call"},
+        },
+    )
+    async def set_leg_roles_by_id(system: str, value: str, body: LegRolesIn) -> Any:
+        """``system``: ``sip-call-id`` (the SIP fork's Call-ID), or a key of the call's
+        ``external_ids``; every live call carrying it is changed."""
+        ids = [c for c, call in controller.calls.items() if external_ids(call).get(system) == value]
+        if not ids:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no live call carries that id")
+        return [await set_leg_roles(call_id, body) for call_id in ids]
 
     @router.delete(
         "/{call_id}",

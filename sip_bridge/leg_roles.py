@@ -22,19 +22,25 @@ Role words: ``external`` (the outside party), ``internal`` (the agent, IVR or ca
 inside), ``mixed`` (both parties on one stream), ``unknown``. ``caller``/``callee`` are
 deliberately not roles: on an outbound call the caller is the internal party.
 
-Precedence: a valid header decides every audio m-line of its SDP (labels are then not
-read; one that names a different role is counted ``overridden``); without one, role
-labels decide their lines; lines neither names are ``mixed`` (``m_line_guess``), as
-before. SIPREC calls take roles from their metadata only: the header on a SIPREC INVITE
-is counted ``siprec`` and ignored, and their labels are stream ids. Calls created
-through the control API take the API's roles; the API does not create SIP dialogs, so
-the two never name the same leg.
+- ``api``: ``PUT /v1/calls/{id}/leg-roles`` (also by an external id such as the fork's
+  ``sip-call-id``), for a PBX that cannot add a header to its fork.
+
+Precedence: the control API's role for an m-line wins and stays until the line is
+removed (a later header or label for that line is counted ``overridden``); then a valid
+header decides every audio m-line of its SDP (labels are then not read; one that names
+a different role is counted ``overridden``); without one, role labels decide their
+lines; lines nobody names are ``mixed`` (``m_line_guess``), as before. SIPREC calls take
+roles from their metadata only: the header on a SIPREC INVITE is counted ``siprec`` and
+ignored, their labels are stream ids, and the API refuses them (``not_plain_sip``), as
+it does adapters' calls (vendor tracks) and its own (``PATCH`` sets those).
 
 A bad header is refused whole (a half-read list could call the agent ``external``, and
 the internal leg must never be embedded): counted by origin and reason (``malformed``:
 an entry not a word of letters, ``-`` and ``_`` up to 32 characters; ``unknown``: a word
 not a role; ``count_mismatch``: not one entry per audio m-line) and ignored, the legs
-staying as without it. SIP never refuses a call or an update for it.
+staying as without it. SIP never refuses a call or an update for it. The API's roles
+are likewise all or nothing: 422 (``malformed``, ``unknown``), 404 (``no_such_leg``),
+409 (``not_plain_sip``), counted under origin ``api``.
 
 Re-INVITE / UPDATE with SDP: m-lines keep their position (RFC 3264 §8), so a role stays
 with its m-line index. A valid header restates every audio m-line of the new SDP (a role
@@ -64,8 +70,10 @@ log = logging.getLogger(__name__)
 
 ROLE_WORDS: Final = {r.value: r for r in LegRole}
 WORD_RE: Final = re.compile(r"^[a-z_-]{1,32}$")
-Origin = Literal["sip_header", "sdp_label"]
-Reason = Literal["malformed", "unknown", "count_mismatch", "siprec", "overridden"]
+Origin = Literal["sip_header", "sdp_label", "api"]
+Reason = Literal[
+    "malformed", "unknown", "count_mismatch", "siprec", "overridden", "no_such_leg", "not_plain_sip"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,26 @@ def decide(statement: RoleStatement) -> Decision:
     )
 
 
+def read_api(said: dict[str, str], legs: dict[str, int]) -> dict[int, LegRole] | Reason:
+    """The control API's roles by m-line index, or why refused (all or nothing); pure.
+    ``said`` keys: a leg id, or a live leg's m-line index in decimal; ``legs``: leg id ->
+    m-line index of the call's live legs."""
+    out: dict[int, LegRole] = {}
+    for key, value in said.items():
+        word = value.strip().lower()
+        if not WORD_RE.fullmatch(word):
+            return "malformed"
+        if word not in ROLE_WORDS:
+            return "unknown"
+        index = legs.get(key)
+        if index is None and key.isdecimal() and int(key) in legs.values():
+            index = int(key)
+        if index is None:
+            return "no_such_leg"
+        out[index] = ROLE_WORDS[word]
+    return out
+
+
 @dataclass
 class LegRoleStats:
     """Counts what every origin said (``stats``, for /metrics); thread-safe."""
@@ -174,13 +202,13 @@ class LegRoleCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         said = CounterMetricFamily(
             "callshield_leg_role",
-            "leg roles a plain SIP fork stated (one per m-line), by origin and role",
+            "leg roles stated for a plain SIP fork (one per m-line), by origin and role",
             labels=["origin", "role"],
         )
         rejected = CounterMetricFamily(
             "callshield_leg_role_rejected",
             "leg-role statements ignored, by origin and reason (malformed, unknown, "
-            "count_mismatch, siprec, overridden)",
+            "count_mismatch, siprec, overridden, no_such_leg, not_plain_sip)",
             labels=["origin", "reason"],
         )
         for key, n in sorted(self._snapshot().items()):

@@ -232,6 +232,8 @@ def test_openapi_documents_the_api() -> None:
         "/v1/calls/{call_id}/pause",
         "/v1/calls/{call_id}/call-state",
         "/v1/calls/by-external-id/{system}/{value}/call-state",
+        "/v1/calls/{call_id}/leg-roles",
+        "/v1/calls/by-external-id/{system}/{value}/leg-roles",
     }
     assert set(doc["paths"]["/v1/calls/{call_id}"]) == {"get", "patch", "delete"}
     assert set(doc["paths"]["/v1/calls/{call_id}/pause"]) == {"put"}

@@ -1,15 +1,20 @@
 """Leg roles of a plain SIP fork (issue 10): the leg-roles header and role labels on the
-INVITE, re-INVITE and UPDATE, through the real UAS and call controller (the media
-backend records what it is told). Bad values are counted by origin and reason and
-ignored; the call is answered as without them."""
+INVITE, re-INVITE and UPDATE, and the control API's ``leg-roles``, through the real UAS,
+call controller and API app (the media backend records what it is told). Bad values
+are counted by origin and reason and ignored; the call is answered as without them."""
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, generate_latest
 from sip_fakes import harness, invite
 from sip_test_data import SIPREC_CONTENT_TYPE, siprec_body
 
 from detectors.alert_schema import LegRole
+from sip_bridge.control_api import control_router
 from sip_bridge.leg_roles import (
     LegRoleCollector,
     RoleStatement,
@@ -17,6 +22,7 @@ from sip_bridge.leg_roles import (
     label_role,
     read_header,
 )
+from sip_bridge.settings import Settings
 from sip_bridge.sip.fields import NameAddr
 
 EXT, INT, MIX, UNK = LegRole.EXTERNAL, LegRole.INTERNAL, LegRole.MIXED, LegRole.UNKNOWN
@@ -220,3 +226,96 @@ def test_siprec_header_is_counted_and_metadata_decides() -> None:
     roles = {leg.label: (leg.role.value, leg.role_source) for leg in call.legs.values()}
     assert roles == {"1": ("external", "siprec_metadata"), "2": ("internal", "siprec_metadata")}
     assert h.controller.leg_roles.snapshot() == {("rejected", "sip_header", "siprec"): 1}
+
+
+def _api(h, scenario) -> None:  # type: ignore[no-untyped-def]
+    app = FastAPI()
+    settings = Settings.model_validate({"control_api_token": "roles-token"})
+    app.include_router(control_router(h.controller, settings))
+
+    async def main() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bridge") as client:
+            await scenario(client)
+
+    asyncio.run(main())
+
+
+AUTH = {"Authorization": "Bearer roles-token"}
+
+
+def test_control_api_names_legs_of_a_fork_that_cannot_send_the_header() -> None:
+    h = harness()
+    tag = _start(h, _sdp("audio", "audio"))
+    (call,) = h.controller.calls.values()
+    results: list[tuple[int, object]] = []
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        by_id = "/v1/calls/by-external-id/sip-call-id/a84b4c76e66710@pc33/leg-roles"
+        for body in (
+            {"roles": {"0": "external", "1": "agent"}},  # unknown word: nothing changes
+            {"roles": {"7": "external"}},  # no such line
+            {"roles": {"0": "ext ernal"}},
+        ):
+            r = await client.put(f"/v1/calls/{call.call_id}/leg-roles", json=body, headers=AUTH)
+            results.append((r.status_code, r.json()["detail"]))
+        r = await client.put(
+            by_id, json={"roles": {"0": "External", "1": "internal"}}, headers=AUTH
+        )
+        results.append((r.status_code, r.json()))
+        r = await client.put(
+            "/v1/calls/call_nope/leg-roles", json={"roles": {"0": "mixed"}}, headers=AUTH
+        )
+        results.append((r.status_code, None))
+
+    _api(h, scenario)
+    assert [code for code, _ in results] == [422, 404, 422, 200, 404]
+    assert results[0][1] == "leg role refused (unknown): say external, internal, mixed or unknown"
+    (view,) = results[3][1]  # type: ignore[misc]
+    assert [(g["index"], g["role"], g["role_source"]) for g in view["legs"]] == [
+        (0, "external", "api"),
+        (1, "internal", "api"),
+    ]
+    assert h.events()[-1] == ("updated", "leg_roles")
+    # the API's word stays over a later header naming other roles (counted overridden) ...
+    assert _modify(h, tag, 2, _sdp("audio", "audio"), "mixed,external") == 200
+    assert [r[1:] for r in _roles(h)] == [("external", "api"), ("internal", "api")]
+    # ... until its line is removed
+    assert _modify(h, tag, 3, _sdp("gone", "audio")) == 200
+    assert _modify(h, tag, 4, _sdp("audio", "audio")) == 200
+    assert [r[1:] for r in _roles(h)] == [("mixed", "m_line_guess"), ("internal", "api")]
+    stats = h.controller.leg_roles.snapshot()
+    assert stats[("rejected", "api", "unknown")] == 1
+    assert stats[("rejected", "api", "no_such_leg")] == 1
+    assert stats[("rejected", "api", "malformed")] == 1
+    assert stats[("said", "api", "external")] == 1
+    assert stats[("rejected", "sip_header", "overridden")] == 2
+
+
+def test_control_api_leaves_siprec_and_its_own_calls_alone() -> None:
+    h = harness()
+    extra = "Require: siprec\n"
+    _, ok = h.send(invite(body=siprec_body(), content_type=SIPREC_CONTENT_TYPE, extra=extra))
+    assert ok.status == 200
+    (siprec,) = h.controller.calls.values()
+    codes: list[int] = []
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        r = await client.put(
+            f"/v1/calls/{siprec.call_id}/leg-roles", json={"roles": {"0": "internal"}}, headers=AUTH
+        )
+        codes.append(r.status_code)
+        legs = [{"label": "caller", "role": "external"}]
+        created = (await client.post("/v1/calls", json={"legs": legs}, headers=AUTH)).json()
+        r = await client.put(
+            f"/v1/calls/{created['call_id']}/leg-roles",
+            json={"roles": {"0": "mixed"}},
+            headers=AUTH,
+        )
+        codes.append(r.status_code)
+
+    _api(h, scenario)
+    assert codes == [409, 409]
+    roles = {leg.label: leg.role.value for leg in siprec.legs.values()}
+    assert roles == {"1": "external", "2": "internal"}
+    assert h.controller.leg_roles.snapshot() == {("rejected", "api", "not_plain_sip"): 2}
