@@ -30,6 +30,7 @@ from detectors.contract import Detector
 from detectors.eval.audio import read_audio, resample, to_int16
 from detectors.model_store import ModelSettings, ModelStore
 from detectors.runtime import DetectorRuntime, RuntimeConfig
+from detectors.scheduler import LaneConfig
 from native.codec import build_rtp, ulaw_encode
 from native.ingest import Ingest
 from sip_bridge.replay.engine import Capture
@@ -115,17 +116,24 @@ def demo_calls(speech: Sequence[npt.NDArray[np.int16]], seconds: float, n: int) 
 
 
 def run_calls(
-    detectors: Sequence[Detector], calls: list[DemoCall], stop: threading.Event
+    detectors: Sequence[Detector],
+    calls: list[DemoCall],
+    stop: threading.Event,
+    deadline_s: float = LaneConfig().deadline_s,
 ) -> list[dict[str, object]]:
     """Play every call live over UDP into the ingest thread and the runtime; returns the
-    alerts (folded per alert, with ``raised_at_s``) and fills each call's results."""
+    alerts (folded per alert, with ``raised_at_s``) and fills each call's results.
+    ``deadline_s``: how long a window may wait and run before it is unavailable (the
+    bridge's 2 s by default; a full model on a loaded machine needs more)."""
     capture = Capture()
     longest = max((d.spec.window_s for d in detectors), default=1.0)
-    runtime = DetectorRuntime(
-        detectors,
-        capture,
-        config=RuntimeConfig(workers=2, max_legs=max(2, len(calls)), ring_s=2 * longest + 2),
+    config = RuntimeConfig(
+        workers=2,
+        max_legs=max(2, len(calls)),
+        ring_s=2 * longest + 2,
+        lanes=LaneConfig(deadline_s=deadline_s),
     )
+    runtime = DetectorRuntime(detectors, capture, config=config)
     runtime.start()  # pre-warm every batch shape
     samples = max(len(c.audio) for c in calls)
     try:
@@ -147,7 +155,7 @@ def run_calls(
                 tick += 1
             stop.set()
             sender.join()
-        runtime.scheduler.wait_idle(30.0)
+        runtime.scheduler.wait_idle(max(30.0, deadline_s))  # windows still queued
         for call in calls:
             runtime.end_call(call.call_id)
     finally:

@@ -196,7 +196,7 @@ def _detections(args: argparse.Namespace, files: list[Path]) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     calls = demo_detect.demo_calls(speech, seconds, args.detection_calls)
-    alerts = demo_detect.run_calls(detectors, calls, stop)
+    alerts = demo_detect.run_calls(detectors, calls, stop, args.detector_deadline)
     print(demo_detect.report(calls, alerts))
     return 0
 
