@@ -84,8 +84,14 @@ cs_jb *cs_jb_new(const cs_jb_config *cfg) {
         }
     }
     if (need_rs) jb->rs = (cs_resampler *)(void *)(block + off_rs);
-    memset(jb->pt_map, -1, sizeof jb->pt_map);
-    for (uint32_t i = 0; i < cfg->n_pts; i++) jb->pt_map[cfg->pts[i].pt] = (int8_t)i;
+    jb->n_pts = cfg->n_pts;
+    for (uint32_t i = 0; i < cfg->n_pts; i++) {
+        const cs_pt_entry *pe = &cfg->pts[i];
+        jb->pth[i].pt = pe->pt;
+        jb->pth[i].codec = pe->codec;
+        jb->pth[i].bpu = (uint16_t)(cs_jb_is_audio(pe->codec) ? cs_jb_bytes_per_unit(pe) : 0);
+        jb->pth[i].clock_rate = pe->clock_rate;
+    }
     jb->last_audio_pt = -1;
     jb->dec_idx = -1;
     cs_delay_init(&jb->delay, cfg->start_delay_ms, cfg->min_delay_ms, cfg->max_delay_ms);
@@ -101,6 +107,48 @@ void cs_jb_free(cs_jb *jb) {
 }
 
 const cs_jb_stats *cs_jb_get_stats(const cs_jb *jb) { return &jb->st; }
+
+void cs_jb_prefetch(const cs_jb *jb) {
+    const char *p = (const char *)jb;
+    __builtin_prefetch(p, 0); /* the payload table */
+    const char *from = (const char *)&jb->seq.initialised;
+    const char *to = (const char *)jb->delay.hist;
+    for (const char *q = from; q < to; q += 64) __builtin_prefetch(q, 1);
+    __builtin_prefetch((const char *)&jb->st, 1);
+    __builtin_prefetch((const char *)&jb->st + 64, 1);
+}
+
+int cs_jb_next_lines(const cs_jb *jb, const void **out) {
+    if (!jb->anchored) return 0;
+    int n = 0;
+    uint64_t slot = (uint64_t)jb->high_pos & jb->mask;
+    uint64_t units = jb->last_units ? jb->last_units : CS_UNITS_PER_FRAME;
+    if (slot + units > jb->cap) units = jb->cap - slot;
+    /* ring bytes: up to 4 lines (G.711 20 ms: 160 bytes), first and last always */
+    const uint8_t *b = jb->slot_bytes + slot * jb->stride;
+    uint64_t bytes = units * jb->stride;
+    for (uint64_t off = 0; off < bytes && n < 3; off += 64) out[n++] = b + off;
+    out[n++] = b + bytes - 1;
+    out[n++] = &jb->slot_state[slot];
+    out[n++] = &jb->slot_arrival[slot];
+    out[n++] = &jb->slot_arrival[slot + units - 1];
+    out[n++] = &jb->slot_ts[slot];
+    uint32_t bit = (uint32_t)((jb->seq.cycles + jb->seq.max_seq + 1u) % CS_SEQ_WINDOW);
+    out[n++] = &jb->seq.seen[bit >> 6];
+    const cs_delay_est *d = &jb->delay; /* the deque's back (written) and head (read) */
+    out[n++] = &d->hist[(d->hist_head + d->hist_len) & (CS_DELAY_WINDOW - 1)];
+    return n; /* <= 3 + 7 = CS_JB_HINTS */
+}
+
+/* Before the sequence and delay work: start loading what an in-order packet will write
+ * (cs_jb_next_lines), so those misses overlap the work instead of following it (a
+ * receiver that prefetched them a leg ahead finds them loaded already). */
+static void prefetch_next(const cs_jb *jb) {
+    const void *lines[CS_JB_HINTS];
+    int n = cs_jb_next_lines(jb, lines);
+    for (int i = 0; i < n; i++) __builtin_prefetch(lines[i], 1);
+    __builtin_prefetch(&jb->delay.hist[jb->delay.hist_head], 0);
+}
 
 uint32_t cs_jb_samples_per_frame(const cs_jb *jb) { return jb->spu * CS_UNITS_PER_FRAME; }
 
@@ -147,6 +195,9 @@ static void anchor(cs_jb *jb, uint32_t ts, uint32_t clock_rate) {
     base = (base + g - 1) / g * g;
     jb->clock_rate = clock_rate;
     jb->tpu = clock_rate / CS_UNITS_PER_SECOND;
+    jb->group = (uint32_t)g;
+    jb->group_ticks = (uint32_t)((int64_t)clock_rate * g / CS_UNITS_PER_SECOND);
+    jb->ns_per_tick = 1000000000u % clock_rate ? 0 : 1000000000u / clock_rate;
     jb->last_ts32 = ts;
     jb->ts_high = ts;
     jb->anchor_ts = ts;
@@ -173,8 +224,8 @@ static int64_t unwrap_ts(cs_jb *jb, uint32_t ts, int update) {
 /* Rounded to the nearest unit (44.1 kHz: group of four units, 441 ticks). */
 static int64_t pos_of(cs_jb *jb, int64_t ts_ext, int *misaligned) {
     int64_t d = ts_ext - jb->anchor_ts;
-    int64_t g = (int64_t)cs_jb_group(jb->clock_rate);
-    int64_t per = (int64_t)jb->clock_rate * g / CS_UNITS_PER_SECOND; /* ticks per group */
+    int64_t g = (int64_t)jb->group;      /* cached by anchor() with clock_rate */
+    int64_t per = (int64_t)jb->group_ticks; /* ticks per group */
     int64_t q = d >= 0 ? (d + per / 2) / per : -((-d + per / 2) / per);
     *misaligned = (q * per != d);
     return jb->pos_base + q * g;
@@ -196,8 +247,8 @@ static void rfc3550_jitter(cs_jb *jb, int64_t now_ns, int64_t ts_ext) {
 }
 
 /* Units of the packet, or -1 if its payload is not a whole number of units. */
-static int64_t payload_units(const cs_jb *jb, const cs_pt_entry *pe, const cs_rtp_header *h) {
-    uint32_t bpu = cs_jb_bytes_per_unit(pe);
+static int64_t payload_units(const cs_jb *jb, const cs_jb_pt_hot *pe, const cs_rtp_header *h) {
+    uint32_t bpu = pe->bpu;
     int64_t n;
     if (pe->codec == CS_CODEC_OPUS) {
         n = cs_opus_packet_units(h->payload, h->payload_len);
@@ -241,8 +292,8 @@ static uint64_t store_packet(cs_jb *jb, const cs_rtp_header *h, int idx, int64_t
 }
 
 static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome, int64_t now) {
-    const cs_pt_entry *pe = &jb->cfg.pts[idx];
-    uint32_t bpu = cs_jb_bytes_per_unit(pe);
+    const cs_jb_pt_hot *pe = &jb->pth[idx];
+    uint32_t bpu = pe->bpu;
     int64_t n = payload_units(jb, pe, h);
     if (n < 0) {
         jb->st.packets_bad_payload++;
@@ -278,9 +329,12 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
     if (!jb->first_arrival_ns) jb->first_arrival_ns = now ? now : 1;
     if (outcome != CS_PKT_REORDERED) {
         /* late packets inform the delay estimate too: they are why it must grow */
-        int64_t media_ns = (ts_ext - jb->anchor_ts) * 1000000000LL / (int64_t)jb->clock_rate;
+        int64_t media_ns = jb->ns_per_tick
+                               ? (ts_ext - jb->anchor_ts) * (int64_t)jb->ns_per_tick
+                               : (ts_ext - jb->anchor_ts) * 1000000000LL / (int64_t)jb->clock_rate;
         cs_delay_packet(&jb->delay, now, media_ns);
-        jb->st.target_delay_ms = jb->delay.target_ms;
+        if (jb->st.target_delay_ms != jb->delay.target_ms)
+            jb->st.target_delay_ms = jb->delay.target_ms;
         rfc3550_jitter(jb, now, ts_ext);
     }
 
@@ -360,8 +414,14 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
 }
 
 int cs_jb_insert(cs_jb *jb, const cs_rtp_header *h, int64_t now_ns) {
+    prefetch_next(jb);
     jb->st.packets_received++;
-    int idx = h->payload_type < 128 ? jb->pt_map[h->payload_type] : -1;
+    int idx = -1; /* payload types are unique in the table (cs_jb_new) */
+    for (uint32_t i = 0; i < jb->n_pts; i++)
+        if (jb->pth[i].pt == h->payload_type) {
+            idx = (int)i;
+            break;
+        }
     if (idx < 0) {
         jb->st.packets_unknown_pt++;
         return CS_PKT_UNKNOWN_PT;
@@ -399,7 +459,7 @@ int cs_jb_insert(cs_jb *jb, const cs_rtp_header *h, int64_t now_ns) {
         jb->st.packets_paused++;
         return CS_PKT_PAUSED;
     }
-    const cs_pt_entry *pe = &jb->cfg.pts[idx];
+    const cs_jb_pt_hot *pe = &jb->pth[idx];
     if (pe->codec == CS_CODEC_TELEPHONE_EVENT) {
         int64_t start_pos = -1;
         if (jb->anchored && !jb->reanchor && pe->clock_rate == jb->clock_rate) {

@@ -87,13 +87,24 @@ enum { CS_WAIT_HIST_BUCKETS = 501 };
  * plus a few gauges marked as such. Durations in ns; *_delay_ns are sums over samples
  * like the W3C fields (divide by jitter_buffer_emitted_count for a mean). */
 typedef struct {
+    /* written by every insert: first, in two cache lines (see jb_internal.h) */
     uint64_t packets_received;            /* every packet handed to cs_jb_insert */
-    uint64_t packets_discarded;           /* late + flushed + dropped (W3C meaning) */
     uint64_t packets_in_order;
     uint64_t packets_gap;
     uint64_t packets_reordered;
+    int64_t packets_lost;                 /* RFC 3550 cumulative: expected - received */
+    uint64_t expected_packets;
+    uint64_t ext_highest_seq;             /* gauge */
+    uint64_t jitter_rtp_units;            /* gauge: RFC 3550 interarrival jitter */
+    uint64_t target_delay_ms;             /* gauge */
+    uint64_t units_accepted;              /* 2.5 ms units stored in the ring */
+    uint64_t units_late;                  /* arrived after their slot was played */
+    uint64_t total_samples_received;      /* decoded-rate samples accepted into the ring */
     uint64_t packets_duplicate;
+    uint64_t packets_discarded;           /* late + flushed + dropped (W3C meaning) */
     uint64_t packets_late;
+    uint64_t misaligned;                  /* timestamps not on a 2.5 ms grid (rounded) */
+    /* the rest: rarer outcomes, and the pull side's counters */
     uint64_t packets_unknown_pt;
     uint64_t packets_bad_payload;
     uint64_t packets_paused;
@@ -109,8 +120,6 @@ typedef struct {
     uint64_t ptime_changes;
     uint64_t flushes;                     /* overflow flushes */
     uint64_t resyncs;                     /* forward jumps of the playout point (DTX end) */
-    uint64_t misaligned;                  /* timestamps not on a 2.5 ms grid (rounded) */
-    uint64_t total_samples_received;      /* decoded-rate samples accepted into the ring */
     uint64_t jitter_buffer_emitted_count; /* samples emitted from received audio */
     uint64_t jitter_buffer_delay_ns;      /* sum over emitted samples of their wait */
     uint64_t jitter_buffer_target_delay_ns;
@@ -127,17 +136,10 @@ typedef struct {
     uint64_t frames_pulled;
     uint64_t interruption_count;          /* concealment runs of >= 150 ms */
     uint64_t total_interruption_duration_ns;
-    uint64_t units_accepted;              /* 2.5 ms units stored in the ring */
     uint64_t units_played;
-    uint64_t units_late;                  /* arrived after their slot was played */
     uint64_t units_flushed;               /* dropped by overflow flush or re-anchor */
     uint64_t units_dropped;               /* removed for acceleration */
     uint64_t dtmf_events;
-    int64_t packets_lost;                 /* RFC 3550 cumulative: expected - received */
-    uint64_t expected_packets;
-    uint64_t ext_highest_seq;             /* gauge */
-    uint64_t jitter_rtp_units;            /* gauge: RFC 3550 interarrival jitter */
-    uint64_t target_delay_ms;             /* gauge */
     uint64_t buffer_level_ms;             /* gauge: audio buffered ahead of playout */
     uint64_t wait_hist[501];              /* CS_WAIT_HIST_BUCKETS */
 } cs_jb_stats;
@@ -171,5 +173,17 @@ uint32_t cs_jb_samples_per_frame(const cs_jb *jb);
 /* Copy up to max finished-or-updated events out; returns how many. */
 int cs_jb_take_dtmf(cs_jb *jb, cs_dtmf_event *out, int max);
 /* CDEF END */
+
+/* Hints for a receiver that prefetches a leg ahead (C only, not for cffi).
+ * cs_jb_prefetch: start loading the cache lines every insert touches (jb_internal.h's
+ * first lines and the stats counters); computes addresses only and reads nothing, so a
+ * stale pointer is harmless. cs_jb_next_lines: the addresses of the other lines the next
+ * in-order packet's insert will touch (its ring slots and their metadata, the
+ * duplicate-window word, the delay deque's ends), computed from jb's state (call it
+ * under the lock that guards jb, after an insert); returns how many it wrote (at most
+ * CS_JB_HINTS). The caller keeps them and later only prefetches them. */
+enum { CS_JB_HINTS = 10 };
+void cs_jb_prefetch(const cs_jb *jb);
+int cs_jb_next_lines(const cs_jb *jb, const void **out);
 
 #endif

@@ -68,21 +68,21 @@ int64_t cs_delay_packet(cs_delay_est *d, int64_t arrival_ns, int64_t media_ns) {
      * increase from front to back), O(1) amortised per packet. */
     const uint32_t mask = CS_DELAY_WINDOW - 1;
     while (d->hist_len > 0 &&
-           d->hist_transit_ns[(d->hist_head + d->hist_len - 1) & mask] >= transit)
+           d->hist[(d->hist_head + d->hist_len - 1) & mask].transit_ns >= transit)
         d->hist_len--;
     if (d->hist_len == CS_DELAY_WINDOW) { /* only with > 128 rising transits in 2 s */
         d->hist_head = (d->hist_head + 1) & mask;
         d->hist_len--;
     }
     uint32_t back = (d->hist_head + d->hist_len) & mask;
-    d->hist_arrival_ns[back] = arrival_ns;
-    d->hist_transit_ns[back] = transit;
+    d->hist[back].arrival_ns = arrival_ns;
+    d->hist[back].transit_ns = transit;
     d->hist_len++;
-    while (arrival_ns - d->hist_arrival_ns[d->hist_head] > WINDOW_NS) {
+    while (arrival_ns - d->hist[d->hist_head].arrival_ns > WINDOW_NS) {
         d->hist_head = (d->hist_head + 1) & mask;
         d->hist_len--;
     }
-    int64_t min_transit = d->hist_transit_ns[d->hist_head];
+    int64_t min_transit = d->hist[d->hist_head].transit_ns;
     int64_t rel = transit - min_transit;
 
     if (d->interval_start_ns < 0) {

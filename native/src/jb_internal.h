@@ -17,53 +17,81 @@ enum {
 
 typedef struct cs_jb_opus cs_jb_opus; /* jb_opus.c */
 
+/* One payload-table entry as insert reads it (a copy of cfg.pts[i] with its ring bytes
+ * per unit), so the per-packet path does not touch cfg or a 128-byte map. */
+typedef struct {
+    uint8_t pt;
+    uint8_t codec;
+    uint16_t bpu;              /* cs_jb_bytes_per_unit; 0 for non-audio */
+    uint32_t clock_rate;
+} cs_jb_pt_hot;
+
+/* Field order is for the cache: 800 legs' buffers do not fit in L2, so each insert
+ * finds its leg cold and pays per cache line it touches. Everything a packet reads or
+ * writes sits in the first lines: the payload table, the sequence state's scalars, the
+ * ts domain, playout edges and ring pointers, the delay estimator's scalars back to back
+ * (the duplicate window and the delay deque cost one or two lines a packet); past the
+ * deque and the delay histogram, the counters insert bumps, first in cs_jb_stats; the
+ * pull side's and the decoders' state and the DTMF ring come last. Receivers prefetch
+ * these lines a leg ahead (cs_jb_prefetch), and insert prefetches the ring slots an
+ * in-order packet will fill before its sequence and delay work (jb.c). */
 struct cs_jb {
-    cs_jb_config cfg;
-    cs_jb_stats st;
-    int8_t pt_map[128];
-    uint32_t cap;              /* ring length in units (power of two) */
-    uint32_t mask;
-    uint32_t stride;           /* bytes per unit slot */
-    uint32_t spu;              /* output samples per unit */
+    /* ---- insert's working set ----------------------------------------------------- */
+    cs_jb_pt_hot pth[16];      /* cfg.pts as insert reads them (8 in the first line) */
+    cs_seq_state seq;          /* the duplicate window, then the scalars */
+    /* timestamp domain: pos = pos_base + round((ts_ext - anchor_ts) / tpu) */
+    int64_t ts_high;
+    int64_t anchor_ts;
+    int64_t pos_base;
+    int64_t play_pos;          /* next unit to emit */
+    int64_t high_pos;          /* end of the newest audio received */
+    int64_t cng_until;         /* empty units before this position are silence, not loss */
+    int64_t first_arrival_ns;
     uint8_t *slot_bytes;
     int64_t *slot_arrival;
     uint32_t *slot_ts;
     uint8_t *slot_state;       /* 0 empty, else pt index + 1 | CS_SLOT_START */
-    uint16_t *slot_len;        /* Opus: payload bytes, in the packet's first unit */
-    uint8_t *slot_back;        /* Opus: units since the packet's first unit */
-
-    cs_seq_state seq;
-    cs_delay_est delay;
-    cs_dtmf_tracker dtmf;
-
-    /* timestamp domain: pos = pos_base + round((ts_ext - anchor_ts) / tpu) */
-    int anchored;
-    int reanchor;              /* next audio packet starts a new domain */
+    uint32_t cap;              /* ring length in units (power of two) */
+    uint32_t mask;
+    uint32_t stride;           /* bytes per unit slot */
+    uint32_t spu;              /* output samples per unit */
     uint32_t clock_rate;
     uint32_t tpu;              /* RTP ticks per unit (Opus; 44.1 kHz: see cs_jb_tick) */
     uint32_t last_ts32;
-    int64_t ts_high;
-    int64_t anchor_ts;
-    int64_t pos_base;
-
-    /* playout */
+    uint32_t group;            /* cs_jb_group(clock_rate), set with clock_rate */
+    uint32_t group_ticks;      /* RTP ticks per group */
+    uint32_t ns_per_tick;      /* 1e9 / clock_rate when exact, else 0 (divide) */
+    uint32_t last_units;
+    int last_audio_pt;
+    int anchored;
+    int reanchor;              /* next audio packet starts a new domain */
     int playing;
     int paused;
     int dtx;
-    int64_t play_pos;          /* next unit to emit */
-    int64_t high_pos;          /* end of the newest audio received */
-    int64_t first_arrival_ns;
+    int jitter_have_transit;
+    /* RFC 3550 interarrival jitter */
+    int64_t jitter_origin_ns;
+    int64_t jitter_last_transit;
+    int64_t jitter_q4;
+    uint32_t n_pts;
+    cs_delay_est delay;        /* scalars first, then the arrival deque, then buckets */
+    _Alignas(64) cs_jb_stats st; /* insert's counters in its first two lines */
+
+    /* ---- the rest ------------------------------------------------------------------ */
+    cs_jb_config cfg;
+    uint16_t *slot_len;        /* Opus: payload bytes, in the packet's first unit */
+    uint8_t *slot_back;        /* Opus: units since the packet's first unit */
+    cs_dtmf_tracker dtmf;
+
+    /* playout */
+    int in_concealment;
     int64_t last_adjust_ns;
     double level_filt_ms;      /* smoothed buffer level (deceleration) */
     double trough_cur_ms;      /* lowest level in the current 1 s window */
     double trough_prev_ms;     /* ... in the last complete window; < 0: none yet */
     uint32_t trough_pulls;
-    int64_t cng_until;         /* empty units before this position are silence, not loss */
     uint32_t hold_run;         /* consecutive frames held on underrun */
     uint32_t conceal_run;      /* consecutive concealed units (interruptions) */
-    int in_concealment;
-    int last_audio_pt;
-    uint32_t last_units;
     int16_t last_unit_pcm[CS_MAX_SAMPLES_PER_UNIT];
 
     /* decoding at playout (jb_decode.c) */
@@ -73,12 +101,6 @@ struct cs_jb {
     cs_resampler *rs;          /* NULL unless some payload type needs resampling */
     cs_jb_opus *opus;          /* NULL unless the table has Opus */
     cs_g722_decoder g722;
-
-    /* RFC 3550 interarrival jitter */
-    int64_t jitter_origin_ns;
-    int64_t jitter_last_transit;
-    int64_t jitter_q4;
-    int jitter_have_transit;
 };
 
 void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *units, uint64_t *pkts);

@@ -8,7 +8,10 @@
 /* ---- RFC 3550 A.1 sequence tracking (jb_seq.c) ---------------------------------- */
 enum { CS_SEQ_WINDOW = 1024 }; /* duplicate detection window, in packets */
 
+/* The duplicate window first, the scalars last: cs_jb puts its other per-packet
+ * scalars right after this struct (jb_internal.h). */
 typedef struct {
+    uint64_t seen[CS_SEQ_WINDOW / 64];
     int initialised;
     uint32_t ssrc;
     uint16_t max_seq;
@@ -18,7 +21,6 @@ typedef struct {
     uint64_t received;         /* unique packets accepted by the tracker */
     uint64_t prior_expected;   /* from earlier SSRCs / restarts */
     uint64_t prior_received;
-    uint64_t seen[CS_SEQ_WINDOW / 64];
 } cs_seq_state;
 
 /* Classify a sequence number. Returns CS_PKT_IN_ORDER, CS_PKT_GAP, CS_PKT_REORDERED,
@@ -32,18 +34,25 @@ uint64_t cs_seq_received(const cs_seq_state *s);
 enum { CS_DELAY_WINDOW = 128 /* power of two */, CS_DELAY_BUCKETS = 100, CS_DELAY_BUCKET_MS = 10 };
 
 typedef struct {
-    int64_t hist_arrival_ns[CS_DELAY_WINDOW];
-    int64_t hist_transit_ns[CS_DELAY_WINDOW]; /* arrival - media time */
+    int64_t arrival_ns;
+    int64_t transit_ns;        /* arrival - media time */
+} cs_delay_sample;
+
+/* Scalars first, then the deque (each entry's two values in one 16-byte pair, so a
+ * packet touches the lines of the deque's head and back only), then the histogram,
+ * which only the 500 ms update reads. */
+typedef struct {
     uint32_t hist_head;        /* monotonic deque of (arrival, transit) */
     uint32_t hist_len;
     int64_t interval_start_ns;
     int64_t interval_max_ns;
-    double buckets[CS_DELAY_BUCKETS]; /* histogram, stored scaled by `scale` */
-    double scale;
-    double total;                      /* sum of buckets (scaled) */
-    uint64_t updates;
     uint32_t target_ms;
     uint32_t min_ms, max_ms;
+    uint64_t updates;
+    double scale;
+    double total;                      /* sum of buckets (scaled) */
+    cs_delay_sample hist[CS_DELAY_WINDOW];
+    double buckets[CS_DELAY_BUCKETS]; /* histogram, stored scaled by `scale` */
 } cs_delay_est;
 
 void cs_delay_init(cs_delay_est *d, uint32_t start_ms, uint32_t min_ms, uint32_t max_ms);

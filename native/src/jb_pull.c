@@ -199,7 +199,9 @@ int cs_jb_pull(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
     }
     info->buffer_level_ms = (uint32_t)level_ms;
     jb->st.buffer_level_ms = (uint64_t)level_ms;
-    jb->st.target_delay_ms = jb->delay.target_ms;
+    /* written only on a change: the line is insert's (jb_internal.h), and a store from
+     * the pull's CPU would take it from the receiver's cache every frame */
+    if (jb->st.target_delay_ms != jb->delay.target_ms) jb->st.target_delay_ms = jb->delay.target_ms;
 
     if (next == NONE && !jb->dtx) {
         if ((uint64_t)jb->hold_run * 20u < jb->delay.max_ms) return hold(jb, pcm, info, 1);
