@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 from dash_factory import make_alert
-from dash_process import KEYS, DashProcess, create_key, stalled_client
+from dash_subprocess import KEYS, DashProcess, create_key, stalled_client
 from websockets.sync.client import connect
 
 from dashboard.auth import Role

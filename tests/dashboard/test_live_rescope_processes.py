@@ -20,7 +20,7 @@ import pytest
 import redis
 import redis.asyncio
 from dash_factory import make_alert
-from dash_process import KEYS, PREFIX, DashProcess, create_key
+from dash_subprocess import KEYS, PREFIX, DashProcess, create_key
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
