@@ -90,6 +90,7 @@ class LiveHub:
         self.last_alert_id: str | None = None
         self.fanned_out = 0
         self.errors = 0
+        self.dropped = 0  # stream entries that did not read (e.g. another major version)
 
     def connect(
         self, tenants: Tenants = None, name: str = "", recheck: Recheck | None = None
@@ -150,11 +151,9 @@ class LiveHub:
 
     @staticmethod
     def message(fields: dict[bytes, bytes]) -> tuple[dict[str, Any], str] | None:
-        """The message for clients and its tenant."""
-        try:
-            msg = decode(fields)
-        except ValueError:
-            return None
+        """The message for clients and its tenant (None: a kind clients do not get);
+        ``ValueError`` when the entry does not read."""
+        msg = decode(fields)
         if isinstance(msg, Alert):
             alert = AlertPublic.of(msg).model_dump(mode="json")
             return {"type": "alert", "alert": alert}, msg.tenant
@@ -195,7 +194,12 @@ class LiveHub:
                 key = stream.decode()
                 for entry_id, fields in entries:
                     ids[key] = entry_id.decode()
-                    found = self.message(fields)
+                    try:
+                        found = self.message(fields)
+                    except ValueError as exc:  # counted and dropped; the others go on
+                        self.dropped += 1
+                        log.warning("live feed: stream entry dropped: %s", exc)
+                        continue
                     if found is not None:
                         self.publish(*found)
                 if key == self._keys.alerts:

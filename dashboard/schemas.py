@@ -265,6 +265,7 @@ class Health(BaseModel):
     live_calls: int = 0
     live_feed_clients: int = 0
     live_feed_behind: int | None = None  # alert entries not yet fanned out
+    live_feed_dropped: int = 0  # stream entries this process could not read (counted)
     nodes: list[NodeHealth] = Field(default_factory=list)
 
 

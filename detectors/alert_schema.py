@@ -7,6 +7,13 @@ that a consumer could notice; JSON Schema files are generated from these models.
 
 Ids are deterministic (``alert_id_for``), so a retried publish never creates a second
 alert; an escalation is a new ``revision`` of the same alert.
+
+Compatibility (a rolling upgrade runs old readers beside new writers): within one major
+version a change only adds optional fields, and bumps the minor. A reader takes any
+``1.x`` object, ignores the fields it does not know (at any depth) and holds it as its
+own version (``SCHEMA_VERSION``: what it re-publishes, e.g. to webhooks, is what it
+understood). Another major version does not validate (the stream codec's
+``UnsupportedSchemaVersionError``): every reader counts and drops such an entry.
 """
 
 from __future__ import annotations
@@ -16,9 +23,32 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 SCHEMA_VERSION: Final = "1.0"
+MAJOR: Final = SCHEMA_VERSION.split(".")[0]
+NEWER_MAJOR = "unsupported schema major version"  # in the error a reader counts
+
+
+def _same_major(value: object) -> object:
+    """Any ``<MAJOR>.<minor>`` reads as this reader's version; another major fails."""
+    if isinstance(value, str):
+        major, dot, minor = value.partition(".")
+        if dot and minor.isdigit() and major.isdigit():
+            if major != MAJOR:
+                raise ValueError(
+                    f"{NEWER_MAJOR} {value!r}: this reader reads {MAJOR}.x "
+                    "(upgrade it before the writers)"
+                )
+            return SCHEMA_VERSION
+    return value  # anything else fails the literal as before
+
+
+SchemaVersion = Annotated[
+    Literal["1.0"],
+    BeforeValidator(_same_major),
+    WithJsonSchema({"type": "string", "pattern": rf"^{MAJOR}\.[0-9]+$"}),
+]
 
 
 class Dimension(StrEnum):
@@ -69,7 +99,8 @@ Seconds = Annotated[float, Field(ge=0.0)]
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # unknown fields are a newer minor version's additions: ignored (module docstring)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class Reason(_Wire):
@@ -94,7 +125,7 @@ class WindowQuality(_Wire):
 
 
 class Alert(_Wire):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     kind: Literal["alert"] = "alert"
     alert_id: str
     revision: int = Field(ge=1)
@@ -120,7 +151,7 @@ class Alert(_Wire):
 
 
 class ScoreUpdate(_Wire):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     kind: Literal["score"] = "score"
     call_id: str
     leg_id: str
@@ -217,7 +248,7 @@ class CallerIdentityInfo(_Wire):
 
 
 class CallEvent(_Wire):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     kind: Literal["call_event"] = "call_event"
     call_id: str
     event: Literal["started", "updated", "held", "resumed", "ended"]
@@ -252,7 +283,7 @@ class SystemEvent(_Wire):
     objective (``system.coverage.degraded``) and coming back (``...recovered``): one
     event per transition, delivered by the webhook dispatcher like alerts."""
 
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     kind: Literal["system"] = "system"
     event_id: str  # unique per event: the webhook-id
     type: SystemEventType

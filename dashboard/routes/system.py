@@ -31,6 +31,7 @@ async def system_health(who: Viewer, ctx: CtxDep) -> Health:
     """Redis reachable, stream lengths, ages and consumer-group lag, live-feed state."""
     found = await ctx.store.health()
     found.live_feed_clients = ctx.hub.count(who.tenants)
+    found.live_feed_dropped = ctx.hub.dropped
     last = found.streams.get("alerts")
     if last is not None and last.last_id and ctx.hub.last_alert_id is not None:
         found.live_feed_behind = int(last.last_id != ctx.hub.last_alert_id)

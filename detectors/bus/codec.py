@@ -1,7 +1,9 @@
 """Stream entries <-> schema models: one ``kind`` field and the model's JSON.
 
 Readers validate with pydantic at this trust boundary; an entry that does not parse is
-a ``ValueError`` with the exact reason (receive loops count and drop it).
+a ``ValueError`` with the exact reason (receive loops count and drop it). An entry of
+a newer minor version reads (its unknown fields ignored); one of another major version
+is ``UnsupportedSchemaVersionError``, a ``ValueError`` too (``detectors.alert_schema``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from detectors.alert_schema import Alert, CallEvent, ScoreUpdate, SystemEvent
+from detectors.alert_schema import NEWER_MAJOR, Alert, CallEvent, ScoreUpdate, SystemEvent
 
 Message = Alert | ScoreUpdate | CallEvent | SystemEvent
 
@@ -20,6 +22,10 @@ _MODELS: Final[dict[str, type[Alert] | type[ScoreUpdate] | type[CallEvent] | typ
     "call_event": CallEvent,
     "system": SystemEvent,
 }
+
+
+class UnsupportedSchemaVersionError(ValueError):
+    """The entry is of another major schema version than this reader's."""
 
 
 def encode(message: Message) -> dict[str, str]:
@@ -42,6 +48,11 @@ def decode(fields: dict[bytes, bytes] | dict[str, str]) -> Message:
     try:
         return _MODELS[kind].model_validate_json(body)
     except ValidationError as exc:
+        for error in exc.errors():
+            if error["loc"] == ("schema_version",) and NEWER_MAJOR in error["msg"]:
+                reason = error["msg"].removeprefix("Value error, ")
+                message = f"stream entry of kind {kind!r}: {reason}"
+                raise UnsupportedSchemaVersionError(message) from None
         raise ValueError(f"stream entry of kind {kind!r} does not validate: {exc}") from None
 
 

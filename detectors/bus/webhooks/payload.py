@@ -32,7 +32,8 @@ _DELIVERABLE: TypeAdapter[Alert | SystemEvent] = TypeAdapter(Deliverable)
 
 
 class WebhookEnvelope(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # a receiver ignores fields it does not know (docs/alerts.md, "Compatibility")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     type: EventType
     timestamp: datetime
