@@ -129,9 +129,25 @@ int cs_demux_remove(cs_demux *d, const cs_demux_key *k) {
     return 0;
 }
 
+static const int lookup_order[] = {CS_DEMUX_ADDR_SSRC, CS_DEMUX_ADDR, CS_DEMUX_SSRC};
+
+void cs_demux_prefetch(const cs_demux *d, uint16_t sock, const cs_srclock_addr *from,
+                       uint32_t ssrc) {
+    cs_demux_key k;
+    for (int n = 0; n < 3; n++) {
+        if (!d->kinds[lookup_order[n]])
+            continue;
+        cs_demux_key_make(&k, sock, lookup_order[n], from, ssrc);
+        const cs_demux_entry *e = &d->slots[key_hash(d, &k) & d->mask];
+        __builtin_prefetch(e, 0);
+        __builtin_prefetch((const char *)(e + 1) - 1, 0); /* an entry may span two lines */
+        return; /* the first kind present: where most datagrams are found */
+    }
+}
+
 int32_t cs_demux_lookup(const cs_demux *d, uint16_t sock, const cs_srclock_addr *from,
                         uint32_t ssrc) {
-    static const int order[] = {CS_DEMUX_ADDR_SSRC, CS_DEMUX_ADDR, CS_DEMUX_SSRC};
+    const int *order = lookup_order;
     cs_demux_key k;
     for (int n = 0; n < 3; n++) {
         if (!d->kinds[order[n]])

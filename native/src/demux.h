@@ -74,5 +74,10 @@ uint32_t cs_demux_home(const cs_demux *d, const cs_demux_key *k);
  * (from, ssrc) exact, (from, any SSRC), (any address, ssrc) that is present; -1 if none. */
 int32_t cs_demux_lookup(const cs_demux *d, uint16_t sock, const cs_srclock_addr *from,
                         uint32_t ssrc);
+/* A hint before cs_demux_lookup with the same arguments: start loading the table slot
+ * where its first probe begins (a batch issues these for all its datagrams, then looks
+ * them up, so the misses overlap). Reads the table's counts and seed only. */
+void cs_demux_prefetch(const cs_demux *d, uint16_t sock, const cs_srclock_addr *from,
+                       uint32_t ssrc);
 
 #endif

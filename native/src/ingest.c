@@ -105,7 +105,11 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
     pthread_mutex_init(&ing->demux_mu, ma);
     pthread_mutex_init(&ing->cmd_mu, NULL);
     pthread_cond_init(&ing->cmd_cv, NULL);
-    ing->streams = calloc(cfg.max_streams, sizeof *ing->streams);
+    /* line-aligned: the receiver's per-datagram fields sit in known lines (ingest_priv.h) */
+    size_t streams_bytes = ((size_t)cfg.max_streams * sizeof *ing->streams + 63) & ~(size_t)63;
+    ing->streams = aligned_alloc(64, streams_bytes ? streams_bytes : 64);
+    if (ing->streams)
+        memset(ing->streams, 0, streams_bytes);
     ing->sockets = calloc(cfg.max_sockets ? cfg.max_sockets : 1, sizeof *ing->sockets);
     ing->msgs = calloc(cfg.batch, sizeof *ing->msgs);
     ing->iovs = calloc(cfg.batch, sizeof *ing->iovs);
@@ -144,6 +148,11 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
 }
 
 /* ---- receiver thread ------------------------------------------------------------ */
+
+static int is_leg_token(const cs_ingest *ing, uint64_t token) {
+    return token != STOP_TOKEN && !(token & SOCKET_TOKEN) &&
+           STREAM_SLOT(token) < ing->cfg.max_streams;
+}
 
 /* Drain the socket behind one epoll token; 1 if datagrams may be left on it. */
 static int dispatch(cs_ingest *ing, uint64_t token, int64_t offset) {
@@ -215,6 +224,11 @@ static void *receiver_main(void *arg) {
                 stop = 1;
                 continue;
             }
+            /* the next ready legs' state loads while this one drains (ingest_priv.h) */
+            if (e + 1 < n && is_leg_token(ing, ing->events[e + 1].data.u64))
+                rx_prefetch_leg(ing, STREAM_SLOT(ing->events[e + 1].data.u64));
+            if (e + 2 < n && is_leg_token(ing, ing->events[e + 2].data.u64))
+                rx_prefetch_slot(ing, STREAM_SLOT(ing->events[e + 2].data.u64));
             backlog |= dispatch(ing, token, offset);
         }
         if (!stop && worth_sleeping(ing, &rate, m2) && !backlog) {

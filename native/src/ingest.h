@@ -198,14 +198,15 @@ typedef struct {
 
 /* Per-stream counters (monotonic, under the stream mutex). */
 typedef struct {
+    /* bumped by every datagram: first (one cache line with outcomes[1..2]) */
     uint64_t datagrams;
     uint64_t bytes;
-    uint64_t truncated;
-    uint64_t parse_errors[7];
     uint64_t inserted;
-    uint64_t outcomes[14];     /* by cs_jb_insert outcome CS_PKT_* (index 0 unused) */
     int64_t last_arrival_ns;   /* monotonic arrival of the last datagram, 0 if none */
     int64_t first_arrival_ns;  /* monotonic arrival of the first datagram, 0 if none */
+    uint64_t outcomes[14];     /* by cs_jb_insert outcome CS_PKT_* (index 0 unused) */
+    uint64_t truncated;
+    uint64_t parse_errors[7];
     uint64_t rcvbuf_bytes;     /* SO_RCVBUF as the kernel reports it */
     uint64_t rcvbuf_forced;    /* 1 if SO_RCVBUFFORCE was allowed */
     cs_srclock_counters srclock;

@@ -39,22 +39,30 @@ typedef struct {
     uint8_t errors;      /* receiver: request endings in a row with an error */
 } rx_req;
 
+/* Field order is for the cache (the array is 64-byte aligned): what the receiver reads
+ * and writes for every datagram is in line 0 (mutex, liveness, jb), lines 1-2 (the
+ * prefetch hints), line 3 (the counters at the head of cs_stream_counters) and the
+ * first line of the source lock. */
 typedef struct {
     pthread_mutex_t mu;      /* guards everything below */
     int active;
     uint16_t gen;            /* bumped on every add; part of the id and the epoll token */
-    int fd;                  /* our dup of the caller's socket; -1 on a shared socket */
+    int srtp_on;             /* datagrams are SRTP: unprotect before parsing */
     int32_t shared;          /* shared-socket slot, or -1 for a per-leg socket */
+    cs_jb *jb;
+    /* receiver only: cs_jb_next_lines after the leg's last insert, prefetched (never
+     * dereferenced) a leg ahead by rx_prefetch_leg; stale or NULL is harmless */
+    _Alignas(64) const void *hint[CS_JB_HINTS];
+    uint32_t nhint;
+    _Alignas(64) cs_stream_counters c; /* srclock fields are filled at copy-out */
+    _Alignas(64) cs_srclock lock;
+    int fd;                  /* our dup of the caller's socket; -1 on a shared socket */
     int pushed;              /* packets come from cs_ingest_push*, no socket (fd -1) */
     uint32_t ssrc;           /* shared: configured SSRC (0: none) */
     cs_srclock_addr preset;  /* shared: expected source (family 0: none) */
     cs_demux_key keys[LEG_KEYS]; /* shared: keys it holds in the demux table */
     uint32_t nkeys;
-    cs_jb *jb;
-    cs_srclock lock;
     cs_srtp *srtp;           /* allocated on the slot's first SRTP key, kept until free */
-    int srtp_on;             /* datagrams are SRTP: unprotect before parsing */
-    cs_stream_counters c; /* srclock fields are filled at copy-out */
     rx_req req;
 } ingest_slot;
 
@@ -138,6 +146,16 @@ void rx_process_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int
                        int64_t offset, int64_t received);
 int rx_drain_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int64_t offset);
 int64_t rx_clock_ns(int clock_id);
+/* Hints for the legs the receiver handles next (stream slots), so their cold state loads
+ * while the current leg is processed (with hundreds of legs each one's is cold, and its
+ * mutex line was last written by the pull on the other CPU). slot: the slot's own
+ * per-datagram lines, reading nothing; issue it a leg earlier than leg. leg: its jitter
+ * buffer's first lines (cs_jb_prefetch) and the lines its next insert touches (the
+ * slot's hints); reads the slot's jb pointer and hints without its mutex, as addresses
+ * to prefetch only, never dereferenced (a leg removed meanwhile is caught under the
+ * mutex as before). */
+void rx_prefetch_slot(cs_ingest *ing, uint32_t slot);
+void rx_prefetch_leg(cs_ingest *ing, uint32_t slot);
 void rx_setup_msgs(cs_ingest *ing); /* once, before the thread starts */
 /* The receiver takes a stream's mutex; a wait (pull or control side holding it) is
  * counted in stream_lock_waits. */

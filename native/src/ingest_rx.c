@@ -187,6 +187,7 @@ static void deliver(cs_ingest *ing, ingest_slot *s, int32_t id, int i) {
         return;
     }
     int out = cs_jb_insert(s->jb, &b->hdr[i], arrival);
+    __atomic_store_n(&s->nhint, (uint32_t)cs_jb_next_lines(s->jb, s->hint), __ATOMIC_RELAXED);
     s->c.outcomes[out > 0 && out < CS_PKT_OUTCOMES ? out : 0]++;
     s->c.inserted++;
     b->inserted[i] = 1;
@@ -278,9 +279,13 @@ static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, in
                         int64_t offset, int64_t received) {
     rx_batch *b = &ing->batch;
     uint64_t unmatched = 0;
+    uint8_t parsed[MAX_BATCH];
     pthread_mutex_lock(&ing->demux_mu);
+    /* two passes: every parsed datagram's table slot starts loading, then the lookups
+     * (otherwise each one's slot is a cache miss of its own, one after the other) */
     for (int i = 0; i < r; i++) {
         b->target[i] = -1;
+        parsed[i] = 0;
         int rc = classify(ing, i, offset, received, NULL);
         if (rc < 0) {
             BUMP(k->c.truncated, 1);
@@ -291,6 +296,12 @@ static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, in
             continue;
         }
         to_addr(&ing->addrs[i], &b->from[i]);
+        cs_demux_prefetch(&ing->demux, sock_slot, &b->from[i], b->hdr[i].ssrc);
+        parsed[i] = 1;
+    }
+    for (int i = 0; i < r; i++) {
+        if (!parsed[i])
+            continue;
         b->target[i] = cs_demux_lookup(&ing->demux, sock_slot, &b->from[i], b->hdr[i].ssrc);
         if (b->target[i] < 0)
             unmatched++;
@@ -298,6 +309,33 @@ static void demux_batch(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, in
     pthread_mutex_unlock(&ing->demux_mu);
     BUMP(k->c.unmatched, unmatched);
     BUMP(ing->counters.unmatched, unmatched);
+}
+
+void rx_prefetch_slot(cs_ingest *ing, uint32_t slot) {
+    ingest_slot *s = &ing->streams[slot];
+    __builtin_prefetch(s, 1);          /* mutex, liveness, jb */
+    __builtin_prefetch(s->hint, 0);    /* the hints (two lines) */
+    __builtin_prefetch(&s->hint[8], 0);
+    __builtin_prefetch(&s->c, 1);      /* the counters deliver bumps */
+    __builtin_prefetch(&s->lock, 1);   /* the source lock's hot line */
+}
+
+void rx_prefetch_leg(cs_ingest *ing, uint32_t slot) {
+    ingest_slot *s = &ing->streams[slot];
+    cs_jb *jb = __atomic_load_n(&s->jb, __ATOMIC_RELAXED);
+    if (jb)
+        cs_jb_prefetch(jb);
+    uint32_t n = __atomic_load_n(&s->nhint, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < n && i < CS_JB_HINTS; i++)
+        __builtin_prefetch(__atomic_load_n(&s->hint[i], __ATOMIC_RELAXED), 1);
+}
+
+/* Index of the first datagram after the run of b->target[i] (r: none). */
+static int run_end(const rx_batch *b, int i, int r) {
+    int end = i + 1;
+    while (end < r && b->target[end] == b->target[i])
+        end++;
+    return end;
 }
 
 void rx_process_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int r,
@@ -312,9 +350,15 @@ void rx_process_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int
         /* each stream's mutex once per run of its consecutive datagrams */
         for (int i = 0; i < r;) {
             int32_t id = b->target[i];
-            int end = i + 1;
-            while (end < r && b->target[end] == id)
-                end++;
+            int end = run_end(b, i, r);
+            /* while this leg is inserted: the next leg's jitter-buffer lines load, and
+             * the slot lines (mutex, jb pointer, hints, counters) of the one after it,
+             * so reading its jb pointer and hints on the next turn does not wait */
+            if (end < r && b->target[end] >= 0)
+                rx_prefetch_leg(ing, STREAM_SLOT(b->target[end]));
+            int end2 = end < r ? run_end(b, end, r) : r;
+            if (end2 < r && b->target[end2] >= 0)
+                rx_prefetch_slot(ing, STREAM_SLOT(b->target[end2]));
             if (id >= 0) {
                 ingest_slot *s = &ing->streams[STREAM_SLOT(id)];
                 rx_lock_stream(ing, s);

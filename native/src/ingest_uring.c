@@ -464,6 +464,8 @@ static void flush(cs_ingest *ing, uring *u, run_state *run) {
 
 /* One datagram in buffer bid (cqe->res bytes) into the batch buffers at index n. */
 static void stage(cs_ingest *ing, uring *u, run_state *run, uint64_t ud, uint16_t bid, int res) {
+    if (run->ud != ud && UD_KIND(ud) == UD_STREAM && UD_SLOT(ud) < ing->cfg.max_streams)
+        rx_prefetch_leg(ing, UD_SLOT(ud)); /* its lines load while the run before is flushed */
     if (run->n && (run->ud != ud || (uint32_t)run->n >= ing->cfg.batch))
         flush(ing, u, run);
     int i = run->n++;

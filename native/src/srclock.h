@@ -65,11 +65,14 @@ typedef struct {
 } cs_srclock_counters;
 
 typedef struct {
-    cs_srclock_config cfg;
+    /* what a packet from the locked source reads and writes: first, in 48 bytes */
     uint32_t state;              /* CS_SRCLOCK_* */
     uint32_t ssrc;               /* locked SSRC (valid unless LEARNING) */
     int64_t last_ns;             /* last accepted packet of the locked SSRC */
     cs_srclock_addr addr;        /* locked address (valid unless LEARNING) */
+    uint32_t reserved3;
+    cs_srclock_counters counters;
+    cs_srclock_config cfg;
     cs_srclock_addr expected;    /* family 0: no expectation */
     cs_srclock_addr cand_addr;   /* probation candidate (valid if cand_count > 0) */
     uint32_t cand_ssrc;
@@ -77,7 +80,6 @@ typedef struct {
     uint16_t cand_seq;           /* sequence number of the candidate's last packet */
     uint16_t reserved;
     uint32_t reserved2;
-    cs_srclock_counters counters;
 } cs_srclock;
 
 void cs_srclock_default_config(cs_srclock_config *cfg);
