@@ -548,6 +548,11 @@ static unsigned reap(cs_ingest *ing, uring *u, run_state *run, ending *ended_ud,
         const struct io_uring_cqe *c = &u->cqes[head & *u->cq_mask];
         uint64_t ud = c->user_data;
         int kind = UD_KIND(ud);
+        if (tail - head > 2) { /* a leg two completions ahead: its slot lines (stage) */
+            uint64_t ahead = u->cqes[(head + 2) & *u->cq_mask].user_data;
+            if (UD_KIND(ahead) == UD_STREAM && UD_SLOT(ahead) < ing->cfg.max_streams)
+                rx_prefetch_slot(ing, UD_SLOT(ahead));
+        }
         if (kind == UD_WAKE) {
             *wake = 1;
             if (!(c->flags & IORING_CQE_F_MORE))
