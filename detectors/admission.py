@@ -5,11 +5,13 @@ Capacity is the smaller of a configured ceiling and an estimate from measurement
 detector's cost per window (an EWMA of batch run time / batch size, in worker-seconds)
 times the windows per second one call asks of it (the hop grid plus, for the dimensions
 windowed at utterance ends too, the measured share of extra end windows), against
-``workers × utilisation``. The node is also over capacity while its queue wait exceeds
-the limit: the p99 of the waits observed in the last ``wait_horizon_s`` (older samples
-expire, so an idle node's door reopens; a burst does not close it for good), or the age
-of the oldest window queued now (a stalled queue closes it even when no batch finishes;
-an empty queue waits 0).
+``workers × utilisation``, and each detector's alone against ``min(its lane's
+max_inflight, workers) × utilisation`` (a lane never runs more batches at once).
+The node is also over capacity while its queue wait exceeds the limit: the p99 of the
+waits observed in the last ``wait_horizon_s`` (older samples expire, so an idle node's
+door reopens; a burst does not close it for good), or the age of the oldest window
+queued now (a stalled queue closes it even when no batch finishes; an empty queue
+waits 0).
 Over capacity, a new call is refused (``refuse``: the bridge answers 503) or admitted
 unanalysed (``shed``: SIPREC still gets its 200, the call is marked
 ``unanalyzed:capacity``).
@@ -61,12 +63,15 @@ class Admission:
         *,
         clock: Callable[[], float] = time.monotonic,
         queue_age: Callable[[], float] | None = None,
+        concurrency: dict[str, int] | None = None,
     ) -> None:
         """``windows_per_call_s``: per detector, windows per second one call produces.
         ``queue_age``: how long the oldest window queued now has waited (0: none queued),
-        on ``clock``'s timeline."""
+        on ``clock``'s timeline. ``concurrency``: per detector, the batches its lane runs
+        at once (``LaneConfig.max_inflight``; absent: the whole pool)."""
         self.config = config
         self._demand = dict(windows_per_call_s)
+        self._concurrency = dict(concurrency or {})
         self._cost: dict[str, float] = {}
         self._waits: deque[tuple[float, float]] = deque(maxlen=1000)  # (observed at, wait)
         self._clock = clock
@@ -94,8 +99,13 @@ class Admission:
         ceiling = self.config.max_calls
         if load_per_call <= 0:
             return ceiling
-        budget = self.config.workers * self.config.utilisation
-        return min(ceiling, int(budget / load_per_call))
+        util, workers = self.config.utilisation, self.config.workers
+        calls = workers * util / load_per_call
+        for d, c in self._cost.items():  # one model gets at most its lane's share
+            lane_load = self._demand.get(d, 0.0) * c
+            if lane_load > 0 and d in self._concurrency:
+                calls = min(calls, min(self._concurrency[d], workers) * util / lane_load)
+        return min(ceiling, int(calls))
 
     def queue_wait(self) -> float:
         """The queue-wait signal admission compares with its limit, s."""

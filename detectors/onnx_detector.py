@@ -133,6 +133,11 @@ class OnnxDetector:
     def provider(self) -> str:
         return self._provider
 
+    @property
+    def intra_op_threads(self) -> int:
+        """The threads one batch of this session runs on (as the session reports)."""
+        return int(self._session.get_session_options().intra_op_num_threads)
+
     def run_batch(self, audio: FloatArray) -> BatchOutput:
         outs = self._session.run(self._names, {self.manifest.input.name: audio})
         b = audio.shape[0]

@@ -31,7 +31,7 @@ from detectors.bus.policy import Scope
 from detectors.contract import Detector, WindowResult
 from detectors.fusion import AlertPublisher, Fusion, Policy
 from detectors.metrics import DetectorMetrics
-from detectors.scheduler import BatchObserver, LaneConfig, Scheduler
+from detectors.scheduler import BatchObserver, LaneConfig, Scheduler, lane_config
 from detectors.windowing import FrameBank, LegInfo, UtteranceRule, WindowJob, WindowPlan
 from native.ingest import PulledFrames
 
@@ -120,12 +120,16 @@ class DetectorRuntime:
             d.spec.name: (extra if d.spec.dimension in gaps else 1.0) / d.spec.hop_s
             for d in detectors
         }
+        # a lane runs at most max_inflight batches of its model at once: admission's
+        # estimate must not count on more of the pool for one model than that
+        inflight = {d.spec.name: lane_config(config.lanes, d).max_inflight for d in detectors}
         self.admission = Admission(
             replace(config.admission, workers=config.workers),
             demand,
             self.metrics,
             clock=clock,
             queue_age=lambda: self.scheduler.oldest_wait(),
+            concurrency=inflight,
         )
         self._observer = observer
 

@@ -56,6 +56,16 @@ class LaneConfig:
         return (*sizes, self.max_batch)
 
 
+def lane_config(config: LaneConfig | dict[str, LaneConfig] | None, d: Detector) -> LaneConfig:
+    """The lane a detector gets from a scheduler's ``config`` (one for all, or per
+    detector name; a detector that cannot batch gets batches of one)."""
+    cfg = config.get(d.spec.name, LaneConfig()) if isinstance(config, dict) else config
+    cfg = cfg or LaneConfig()
+    if not d.spec.batchable:
+        cfg = LaneConfig(1, cfg.max_wait_s, cfg.deadline_s, cfg.max_inflight)
+    return cfg
+
+
 @dataclass(slots=True)
 class _Batch:
     lane: _Lane
@@ -99,10 +109,7 @@ class Scheduler:
         self._observer = observer
         self._lanes: dict[str, _Lane] = {}
         for d in detectors:
-            cfg = config.get(d.spec.name, LaneConfig()) if isinstance(config, dict) else config
-            cfg = cfg or LaneConfig()
-            if not d.spec.batchable:
-                cfg = LaneConfig(1, cfg.max_wait_s, cfg.deadline_s, cfg.max_inflight)
+            cfg = lane_config(config, d)
             lane = _Lane(d, cfg)
             lane.buffers = [
                 np.zeros((cfg.max_batch, d.spec.window), np.float32)
@@ -114,6 +121,10 @@ class Scheduler:
         self._closing = False
         self._thread: threading.Thread | None = None
         self.ready = False
+
+    def lane_configs(self) -> dict[str, LaneConfig]:
+        """Each detector's lane as the scheduler runs it."""
+        return {name: lane.config for name, lane in self._lanes.items()}
 
     # ---- lifecycle ------------------------------------------------------------------
 
