@@ -33,8 +33,10 @@ from detectors.runtime import DetectorRuntime, RuntimeConfig
 from detectors.scheduler import LaneConfig
 from native.codec import build_rtp, ulaw_encode
 from native.ingest import Ingest
+from sip_bridge.detector_lanes import DetectorConcurrency
 from sip_bridge.replay.engine import Capture
 from sip_bridge.replay.report import alerts_json
+from sip_bridge.settings import Settings
 
 FRAME_NS = 20_000_000
 SENTENCES = (
@@ -127,11 +129,12 @@ def run_calls(
     bridge's 2 s by default; a full model on a loaded machine needs more)."""
     capture = Capture()
     longest = max((d.spec.window_s for d in detectors), default=1.0)
+    lanes = DetectorConcurrency.from_settings(Settings())  # as the bridge runs them
     config = RuntimeConfig(
-        workers=2,
+        workers=lanes.workers,
         max_legs=max(2, len(calls)),
         ring_s=2 * longest + 2,
-        lanes=LaneConfig(deadline_s=deadline_s),
+        lanes=lanes.lane(LaneConfig(deadline_s=deadline_s)),
     )
     runtime = DetectorRuntime(detectors, capture, config=config)
     runtime.start()  # pre-warm every batch shape

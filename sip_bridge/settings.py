@@ -68,6 +68,12 @@ class Settings(BaseSettings):
     # "full"; "" = only the installed models)
     http_listen: str = "127.0.0.1:9464"
     detector_workers: int = Field(default=2, ge=1)
+    # batches of ONE model run at once (its lane's max_inflight, at most detector_workers;
+    # unset = detector_workers, so one heavy model may use every worker; ONNX Runtime runs
+    # concurrent batches on one session safely). A model's cores at most: max_inflight x
+    # detector_intra_op_threads (sip_bridge.detector_lanes; each lane logged at start)
+    detector_max_inflight: int | None = Field(default=None, ge=1)
+    detector_intra_op_threads: int = Field(default=1, ge=1)  # ONNX Runtime threads per batch
     max_analysed_calls: int = Field(default=200, ge=0)
     dev_fixture_models: Literal["", "tiny", "full"] = ""
     # audio provenance (DESIGN §2): the replay fingerprinter beside the installed models,
@@ -175,6 +181,15 @@ class Settings(BaseSettings):
             raise ValueError("SIP over TLS needs both sip_tls_cert and sip_tls_key")
         if self.sip_tls_cert is None and (self.sip_tls_listen or self.sip_tls_ca):
             raise ValueError("sip_tls_listen and sip_tls_ca need sip_tls_cert and sip_tls_key")
+        return self
+
+    @model_validator(mode="after")
+    def _inflight_within_workers(self) -> Settings:
+        if (self.detector_max_inflight or 0) > self.detector_workers:
+            raise ValueError(
+                f"detector_max_inflight {self.detector_max_inflight} exceeds detector_workers "
+                f"{self.detector_workers}: a lane cannot run more batches than the pool"
+            )
         return self
 
     @field_validator("tenant_header", "call_state_header", "leg_roles_header")

@@ -54,6 +54,7 @@ from sip_bridge.biometrics import Biometrics, build_biometrics, mode_gate, speak
 from sip_bridge.caller_id import CallerIdCollector, build_caller_id
 from sip_bridge.coverage import WindowTally
 from sip_bridge.coverage_metrics import CoverageCollector
+from sip_bridge.detector_lanes import DetectorConcurrency, log_lanes
 from sip_bridge.dtmf_tap import DtmfTap
 from sip_bridge.evidence import EvidenceRecorder
 from sip_bridge.gc_discipline import Frozen, freeze_after_warm_up, thaw
@@ -64,9 +65,11 @@ from sip_bridge.settings import Settings, split_host_port
 log = logging.getLogger(__name__)
 
 
-def load_detectors(models: ModelSettings, dev_fixtures: str = "") -> list[Detector]:
+def load_detectors(
+    models: ModelSettings, dev_fixtures: str = "", intra_op_threads: int = 1
+) -> list[Detector]:
     """The installed models (fixtures skipped) plus, with ``dev_fixtures`` ("tiny" or
-    "full"), the fixture models built in memory."""
+    "full"), the fixture models built in memory; each session on ``intra_op_threads``."""
     from detectors.onnx_detector import OnnxDetector
 
     store = ModelStore(models.models_dir)
@@ -87,7 +90,9 @@ def load_detectors(models: ModelSettings, dev_fixtures: str = "") -> list[Detect
                 models.models_dir,
             )
             continue
-        detectors.append(OnnxDetector(found.manifest, found.model_path))
+        detectors.append(
+            OnnxDetector(found.manifest, found.model_path, intra_op_threads=intra_op_threads)
+        )
     if not detectors:
         log.warning(
             "no detector models installed in %s: calls are answered and their media and "
@@ -99,7 +104,7 @@ def load_detectors(models: ModelSettings, dev_fixtures: str = "") -> list[Detect
         from detectors.fixture_models import all_fixtures
 
         for data, manifest in all_fixtures(tiny=dev_fixtures == "tiny"):
-            detectors.append(OnnxDetector(manifest, data))
+            detectors.append(OnnxDetector(manifest, data, intra_op_threads=intra_op_threads))
         log.warning(
             "--dev-fixture-models: loaded %s fixture models (random weights; the "
             "synthetic-voice fixture scores a 3.5 kHz marker tone). NOT detectors: for "
@@ -135,8 +140,11 @@ class Wiring:
         self.bus_settings = bus_settings or BusSettings()
         self.detector_metrics = DetectorMetrics()
         models = models or ModelSettings()
+        concurrency = DetectorConcurrency.from_settings(settings)
         if detectors is None:
-            detectors = load_detectors(models, settings.dev_fixture_models)
+            detectors = load_detectors(
+                models, settings.dev_fixture_models, concurrency.intra_op_threads
+            )
             if settings.replay_detection:
                 detectors.append(ReplayFingerprinter())  # numpy, no model file
         self.detectors = detectors
@@ -177,7 +185,8 @@ class Wiring:
             detectors,
             self.enricher,
             config=RuntimeConfig(
-                workers=settings.detector_workers,
+                workers=concurrency.workers,
+                lanes=concurrency.lane(),
                 max_legs=max(1, 2 * max_calls),
                 ring_s=2 * longest + 2.0,
                 admission=AdmissionConfig(max_calls=max_calls, policy=OverloadPolicy.SHED),
@@ -192,6 +201,7 @@ class Wiring:
                 ]
             ),
         )
+        log_lanes(self.runtime, detectors)
         # caller_id: judged from signalling (no model), into the same fusion
         self.caller_id = build_caller_id(
             self.runtime, self.client, Keys(self.bus_settings.key_prefix)

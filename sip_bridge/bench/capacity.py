@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import tempfile
 import threading
@@ -60,7 +59,9 @@ from native.ingest_types import FRAME_INFO_DTYPE
 from native.jitter import JitterBuffer
 from sip_bridge.bench.report import summarize
 from sip_bridge.demo import find_speech, leg_audio
+from sip_bridge.detector_lanes import DetectorConcurrency
 from sip_bridge.gc_discipline import GEN0_THRESHOLD, freeze_after_warm_up, thaw
+from sip_bridge.settings import Settings
 
 FRAME_NS = 20_000_000
 
@@ -75,8 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--max-wait-ms", type=float, default=50.0)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--threads", type=int, default=1, help="ONNX intra-op threads")
+    parser.add_argument(
+        "--workers", type=int, help="detector threads (default: the bridge's, from settings)"
+    )
+    parser.add_argument(
+        "--max-inflight",
+        type=int,
+        help="batches of one model at once (default: the bridge's, from settings)",
+    )
+    parser.add_argument("--threads", type=int, help="ONNX intra-op threads (default: the bridge's)")
     parser.add_argument("--tiny", action="store_true", help="tiny fixtures (smoke tests)")
     parser.add_argument("--speech-dir", type=Path)
     parser.add_argument(
@@ -161,6 +169,16 @@ class _Leg:
         )
         self.jb.insert(datagram, now_ns)
         self.k += 1
+
+
+def concurrency(args: argparse.Namespace) -> DetectorConcurrency:
+    """The bridge's detector concurrency (its settings: defaults and CALLSHIELD_*), with
+    the flags given applied."""
+    bridge = DetectorConcurrency.from_settings(Settings())
+    try:
+        return bridge.override(args.workers, args.max_inflight, args.threads)
+    except ValueError as exc:
+        raise SystemExit(f"bench capacity: {exc}") from None
 
 
 def _models(args: argparse.Namespace) -> list[OnnxDetector]:
@@ -250,20 +268,23 @@ def _throughput_ratio(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     files = find_speech(args.speech_dir)
+    conc = concurrency(args)
+    args.workers, args.max_inflight, args.threads = (
+        conc.workers,
+        conc.max_inflight,
+        conc.intra_op_threads,
+    )
     detectors = _models(args)
     stats = _Stats()
     publisher = _Publisher()
-    lanes = LaneConfig(
-        max_batch=args.max_batch,
-        max_wait_s=args.max_wait_ms / 1000,
-        deadline_s=2.0,
-        max_inflight=args.workers,
+    lanes = conc.lane(
+        LaneConfig(max_batch=args.max_batch, max_wait_s=args.max_wait_ms / 1000, deadline_s=2.0)
     )
     rt = DetectorRuntime(
         detectors,
         publisher,
         config=RuntimeConfig(
-            workers=args.workers,
+            workers=conc.workers,
             max_legs=2 * args.max_calls + 2,
             lanes=lanes,
             admission=AdmissionConfig(max_calls=10_000),
@@ -350,8 +371,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "silero_vad_gate": gate is not None,
             "max_batch": args.max_batch,
             "max_wait_ms": args.max_wait_ms,
-            "workers": args.workers,
-            "intra_op_threads": args.threads,
+            "workers": conc.workers,
+            "max_inflight": conc.max_inflight,
+            "intra_op_threads": conc.intra_op_threads,
+            "lanes": {
+                name: {"max_inflight": c.max_inflight, "max_batch": c.max_batch}
+                for name, c in rt.scheduler.lane_configs().items()
+            },
+            "bridge_defaults": DetectorConcurrency.from_settings(Settings()).as_dict(),
             "switch_interval_ms": args.switch_interval_ms,
             "step_seconds": args.step_seconds,
             "talk_ratio": 0.5,
