@@ -180,13 +180,17 @@ def test_cost_counts_utterance_end_windows(
     """Admission's demand per call: the hop grid, plus the measured share of utterance-end
     windows for the dimensions cut there (the VAD is not)."""
     aasist, vad = make_detector(tiny_aasist), make_detector(vad_model)
-    rt = DetectorRuntime([aasist, vad], Publisher(), config=RuntimeConfig(utterance_end_share=0.14))
+    wide = LaneConfig(max_inflight=2)  # either model may use the whole pool of 2
+    config = RuntimeConfig(utterance_end_share=0.14, lanes=wide)
+    rt = DetectorRuntime([aasist, vad], Publisher(), config=config)
     sv, va = aasist.spec, vad.spec
     rt.admission.observe_batch(sv.name, 1, 0.01, [0.0])
     rt.admission.observe_batch(va.name, 1, 0.01, [0.0])
     per_call = 0.01 * 1.14 / sv.hop_s + 0.01 / va.hop_s
     assert rt.admission.capacity() == int(2 * 0.8 / per_call)
-    grid_only = DetectorRuntime([aasist, vad], Publisher(), config=RuntimeConfig(utterances=None))
+    grid_only = DetectorRuntime(
+        [aasist, vad], Publisher(), config=RuntimeConfig(utterances=None, lanes=wide)
+    )
     grid_only.admission.observe_batch(sv.name, 1, 0.01, [0.0])
     grid_only.admission.observe_batch(va.name, 1, 0.01, [0.0])
     assert grid_only.admission.capacity() == int(2 * 0.8 / (0.01 / sv.hop_s + 0.01 / va.hop_s))
