@@ -2,7 +2,7 @@
 import's configurations are untouched, and a ``--quick`` build from the shared corpus gives
 ``callshield-aasist-8k`` on the CNN's window, an ONNX model that agrees with torch and
 that the runtime loads, under a cache key of its own. The full model is never trained
-here (``callshield models train-synthetic --arch aasist``, about an hour)."""
+here (``callshield models train-synthetic --arch aasist``, ~20 min)."""
 
 from __future__ import annotations
 
