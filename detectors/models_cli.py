@@ -117,10 +117,10 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument(
         "--arch",
         choices=["cnn", "aasist"],
-        default="aasist",
-        help="aasist (default): AASIST on the raw 8 kHz waveform (callshield-aasist-8k, ~24 ms "
-        "of CPU per window); cnn: the log-spectrogram CNN (callshield-synthetic-8k, ~2 ms); "
-        "docs/models/synthetic_voice.md",
+        default="cnn",
+        help="cnn: the log-spectrogram CNN (callshield-synthetic-8k); aasist: AASIST on the raw "
+        "8 kHz waveform (callshield-aasist-8k, ~10x the CPU per window; "
+        "docs/models/synthetic_voice.md)",
     )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
