@@ -119,8 +119,8 @@ def add_parser(sub: Any, name: str) -> None:
         choices=["cnn", "aasist"],
         default="cnn",
         help="cnn: the log-spectrogram CNN (callshield-synthetic-8k); aasist: AASIST on the raw "
-        "8 kHz waveform (callshield-aasist-8k, ~10x the CPU per window; "
-        "docs/models/synthetic_voice.md)",
+        "8 kHz waveform (callshield-aasist-8k, opt-in: ~24 ms of CPU per window against "
+        "~2 ms, better on dev but worse on test; docs/models/synthetic_voice.md)",
     )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
