@@ -170,6 +170,7 @@ class Ingest:
         self._latency_edges = upper_edges()
         self._pulled = PulledFrames(self._ids[:0], self._pcm[:0].reshape(0, 0), self._infos[:0])
         self._asked = backend
+        self._pacing = {"coalesce_us": coalesce_us, "coalesce_min": coalesce_min}
         self._log_backend("RTP ingest receive backend")
 
     # ---- lifecycle ---------------------------------------------------------------
@@ -186,16 +187,27 @@ class Ingest:
         code = lib.cs_ingest_backend(self._live(), reason, 256)
         return _BACKEND_NAMES.get(int(code), str(code)), ffi.string(reason).decode()
 
+    def pacing(self) -> dict[str, int]:
+        """The receive pacing this ingest was built with (coalesce_us 0: off)."""
+        return dict(self._pacing)
+
     def _log_backend(self, what: str) -> None:
         name, reason = self.backend()
         refused = self._asked == "io_uring" and name != "io_uring"
+        pacing = (
+            "pacing: off (coalesce_us 0)"
+            if not self._pacing["coalesce_us"]
+            else "pacing: coalesce_us {coalesce_us}, while >= {coalesce_min} datagrams "
+            "are expected per sleep".format(**self._pacing)
+        )
         log.log(
             logging.WARNING if refused else logging.INFO,
-            "%s: %s (asked: %s; %s)",
+            "%s: %s (asked: %s; %s; %s)",
             what,
             name,
             self._asked,
             reason,
+            pacing,
         )
 
     def stop(self) -> None:

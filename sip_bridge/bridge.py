@@ -69,7 +69,11 @@ class Bridge:
         s = self.settings
         host, port = s.sip_address
         low, high = s.rtp_range
-        self.ingest = Ingest(max_streams=s.max_streams, backend=s.ingest_backend)
+        self.ingest = Ingest(
+            max_streams=s.max_streams,
+            backend=s.ingest_backend,
+            coalesce_us=s.ingest_coalesce_us,
+        )
         analysis = self.wiring.attach(self.ingest) if self.wiring is not None else None
         if analysis is not None:
             self.sink = self.publisher = analysis

@@ -62,6 +62,12 @@ class Settings(BaseSettings):
     # recvmsg, provided buffers) when its setup works on this host, else epoll; the choice
     # and why are logged at start. "io_uring" when refused also falls back (WARNING)
     ingest_backend: Literal["auto", "epoll", "io_uring"] = "auto"
+    # RTP receive pacing, µs (native/ingest.py coalesce_us; 0 = off, the default: the
+    # receive thread wakes whenever a socket is ready). N > 0: after a wakeup it waits up
+    # to N µs before reading again, only while the recent rate predicts >= 16 datagrams
+    # in N µs: less CPU per packet, up to N µs more arrival-to-buffer delay
+    # (docs/operations.md, "RTP receive pacing"); logged at start beside the backend
+    ingest_coalesce_us: int = Field(default=0, ge=0, le=5000)
     jitter_max_delay_ms: int = 300
     # analysis (sip_bridge.wiring): the HTTP port for /metrics, /ready, /health ("" off),
     # detector threads, calls analysed at most, and the dev fixture models ("tiny",

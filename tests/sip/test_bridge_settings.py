@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import struct
+import time
 from pathlib import Path
 
 import pytest
 
+from native.ingest import Ingest
+from sip_bridge.bridge import Bridge
 from sip_bridge.cli import build_parser
 from sip_bridge.settings import Settings, split_host_port
 
@@ -39,3 +44,55 @@ def test_cli_flags() -> None:
         ["bridge", "--sip-listen", "127.0.0.1:5090", "--rtp-ports", "20000-20999"]
     )
     assert (args.sip_listen, args.rtp_ports) == ("127.0.0.1:5090", "20000-20999")
+
+
+def _bridge(**values: object) -> Bridge:
+    return Bridge(Settings.model_validate({"sip_listen": "127.0.0.1:0", **values}))
+
+
+def _paced_sleeps_after_bursts(ingest: Ingest, until_paced: bool) -> int:
+    """Start the bridge's ingest, send bursts of G.711 RTP at one leg on a shared port;
+    paced_sleeps once a sleep was seen (until_paced) or after 20 bursts."""
+    ingest.start()
+    kid = ingest.add_socket(0)
+    dest = ingest.socket_address(kid)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.bind(("127.0.0.1", 0))
+    ingest.add_stream_shared(kid, expected_source=sender.getsockname()[:2], ssrc=0x1234)
+    seq = 0
+    try:
+        for _ in range(200 if until_paced else 20):
+            for _ in range(200):
+                sender.sendto(
+                    struct.pack("!BBHII", 0x80, 0, seq, seq * 160, 0x1234) + bytes(160), dest
+                )
+                seq = (seq + 1) & 0xFFFF
+            time.sleep(0.01)
+            if until_paced and ingest.counters()["paced_sleeps"]:
+                break
+        return int(ingest.counters()["paced_sleeps"])
+    finally:
+        sender.close()
+
+
+def test_receive_pacing_reaches_the_native_ingest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ingest_coalesce_us (default 0 = off) is the native ingest's coalesce_us: the
+    bridge's receive thread sleeps between wakeups only when it is set."""
+    monkeypatch.setenv("CALLSHIELD_INGEST_COALESCE_US", "1500")
+    paced = _bridge()
+    monkeypatch.delenv("CALLSHIELD_INGEST_COALESCE_US")
+    plain = _bridge()
+    try:
+        assert paced.ingest.pacing() == {"coalesce_us": 1500, "coalesce_min": 16}
+        assert plain.ingest.pacing() == {"coalesce_us": 0, "coalesce_min": 16}
+        assert _paced_sleeps_after_bursts(paced.ingest, until_paced=True) > 0
+        assert _paced_sleeps_after_bursts(plain.ingest, until_paced=False) == 0
+    finally:
+        paced.ingest.close()
+        plain.ingest.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 5001])
+def test_receive_pacing_is_bounded(bad: int) -> None:
+    with pytest.raises(ValueError, match="ingest_coalesce_us"):
+        Settings(ingest_coalesce_us=bad)
