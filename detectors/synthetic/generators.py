@@ -91,8 +91,11 @@ SYSTEMS: tuple[System, ...] = (
     System("kokoro", "jm_kumo:es-419", ("train",), ("es",), per_part=14),
     System("kokoro", "jf_nezumi:en-us", ("dev",), per_part=16),
     System("kokoro", "jf_tebukuro:en-us", ("test",), per_part=12),
-    System("world", "dio", ("train", "test")),
-    System("griffinlim", "gl32", ("train", "test")),
+    # the vocoders resynthesise files of every part's own speakers: dev holds them too, so
+    # a model is chosen on dev against every family it is judged on at test (issue 6: an
+    # AASIST that won on a dev without them was at chance on them at test)
+    System("world", "dio", ("train", "dev", "test")),
+    System("griffinlim", "gl32", ("train", "dev", "test")),
     System("lpc", "order16", ("dev", "test")),
 )
 
