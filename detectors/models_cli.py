@@ -120,7 +120,8 @@ def add_parser(sub: Any, name: str) -> None:
         default="cnn",
         help="cnn: the log-spectrogram CNN (callshield-synthetic-8k); aasist: AASIST on the raw "
         "8 kHz waveform (callshield-aasist-8k, opt-in: ~24 ms of CPU per window against "
-        "~2 ms, better on dev but worse on test; docs/models/synthetic_voice.md)",
+        "~2 ms, worse on test and on a dev holding Griffin-Lim / WORLD; "
+        "docs/models/synthetic_voice.md)",
     )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"

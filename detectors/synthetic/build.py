@@ -68,7 +68,8 @@ STAGE2 = {  # --stage2: the measured (and rejected) continuation
     "wide": TrainConfig(stage2_windows=8_000),
     "narrow": TrainConfig(stage2_windows=8_000, stage2_wide=False),
 }
-# --arch aasist (opt-in: better than the CNN on dev, worse on test; the model card):
+# --arch aasist (opt-in: worse than the CNN on test, and on dev since it holds Griffin-Lim
+# and WORLD; better only on the dev without them; the model card):
 # the budget measured, 100 steps of 16 windows (~13 min of training on this 2-core box at
 # load 6-11, the raw-waveform network costing ~10x the CNN per window); more was not
 # measured in time (docs/models/synthetic_voice.md, "AASIST at 8 kHz").
