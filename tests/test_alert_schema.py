@@ -66,12 +66,20 @@ def test_round_trip_through_json() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"score": 1.5}, {"revision": 0}, {"dimension": "telepathy"}, {"surprise": 1}],
-    ids=["score>1", "revision 0", "unknown dimension", "extra field"],
+    [{"score": 1.5}, {"revision": 0}, {"dimension": "telepathy"}],
+    ids=["score>1", "revision 0", "unknown dimension"],
 )
 def test_invalid_alerts_are_rejected(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         _alert(**bad)
+
+
+def test_an_unknown_field_is_ignored_not_kept() -> None:
+    """Schema 1.x is additive (docs/alerts.md): a field a newer minor version added is
+    dropped on read, so an older reader neither refuses the alert nor passes the field on."""
+    alert = _alert(surprise=1)
+    assert "surprise" not in alert.model_dump()
+    assert alert == _alert()
 
 
 def test_importing_the_schema_loads_no_numeric_or_media_stack() -> None:
