@@ -30,9 +30,9 @@ from sip_bridge.adapters.audiosocket_calls import AudioSocketCalls
 from sip_bridge.api_app import build_api
 from sip_bridge.api_server import ApiServer
 from sip_bridge.bridge_metrics import IngestCollector, SipCollector, TenantCollector
-from sip_bridge.call_state import CallStateCollector
+from sip_bridge.call_state import call_state_collector
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
-from sip_bridge.leg_roles import LegRoleCollector
+from sip_bridge.leg_roles import leg_role_collector
 from sip_bridge.media import FrameSink, MediaEngine, PortRange
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
@@ -125,8 +125,8 @@ class Bridge:
             registry.register(IngestCollector(self.ingest.counters))
             registry.register(SipCollector(self.uas.stats))
             registry.register(TenantCollector(self.tenants.snapshot))
-            registry.register(CallStateCollector(self.controller.call_states.snapshot))
-            registry.register(LegRoleCollector(self.controller.leg_roles.snapshot))
+            registry.register(call_state_collector(self.controller.call_states.snapshot))
+            registry.register(leg_role_collector(self.controller.leg_roles.snapshot))
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
 

@@ -44,14 +44,12 @@ import logging
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from sip_bridge.sip.siprec import EARLY_STATES
+from sip_bridge.stated_counts import Snapshot, StatedCollector, shown
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +136,7 @@ class CallStates:
                 call_id or "-",
                 hint.origin,
                 verdict.reason,
-                _shown(hint.values),
+                shown(hint.values, "|", 24),
             )
 
     def snapshot(self) -> dict[tuple[str, ...], int]:
@@ -146,35 +144,14 @@ class CallStates:
             return dict(self.stats)
 
 
-class CallStateCollector(Collector):
+def call_state_collector(snapshot: Snapshot) -> StatedCollector:
     """``callshield_call_state_total{origin,state}`` (states taken) and
     ``callshield_call_state_rejected_total{origin,reason}`` (values ignored)."""
-
-    def __init__(self, snapshot: Callable[[], dict[tuple[str, ...], int]]) -> None:
-        self._snapshot = snapshot
-
-    def collect(self) -> Iterable[Metric]:
-        said = CounterMetricFamily(
-            "callshield_call_state",
-            "call states taken (early media until answered), by origin and state",
-            labels=["origin", "state"],
-        )
-        rejected = CounterMetricFamily(
-            "callshield_call_state_rejected",
-            "call-state values ignored, by origin and reason (malformed, unknown, "
-            "conflicting, after_answer)",
-            labels=["origin", "reason"],
-        )
-        for key, n in sorted(self._snapshot().items()):
-            if key[0] == "said":
-                said.add_metric([key[1], key[2]], float(n))
-            elif key[0] == "rejected":
-                rejected.add_metric([key[1], key[2]], float(n))
-        return [said, rejected]
-
-
-def _shown(values: tuple[str, ...]) -> str:
-    """A refused value for the log: a short, printable prefix, never the whole input."""
-    text = "|".join(values)
-    safe = "".join(c if c.isprintable() else "?" for c in text[:24])
-    return repr(safe) + ("..." if len(text) > 24 else "")
+    return StatedCollector(
+        "callshield_call_state",
+        "state",
+        "call states taken (early media until answered), by origin and state",
+        "call-state values ignored, by origin and reason (malformed, unknown, "
+        "conflicting, after_answer)",
+        snapshot,
+    )

@@ -57,14 +57,11 @@ import logging
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from detectors.alert_schema import LegRole
+from sip_bridge.stated_counts import Snapshot, StatedCollector, shown
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +176,7 @@ class LegRoleStats:
                 call_id or "-",
                 origin,
                 reason,
-                _shown(entries or ()) if origin == "sip_header" else "a=label",
+                shown(entries or (), ",", 40) if origin == "sip_header" else "a=label",
             )
 
     def reject(self, origin: Origin, reason: Reason, call_id: str) -> None:
@@ -192,35 +189,14 @@ class LegRoleStats:
             return dict(self.stats)
 
 
-class LegRoleCollector(Collector):
+def leg_role_collector(snapshot: Snapshot) -> StatedCollector:
     """``callshield_leg_role_total{origin,role}`` (roles taken, one per m-line) and
     ``callshield_leg_role_rejected_total{origin,reason}`` (values ignored)."""
-
-    def __init__(self, snapshot: Callable[[], dict[tuple[str, ...], int]]) -> None:
-        self._snapshot = snapshot
-
-    def collect(self) -> Iterable[Metric]:
-        said = CounterMetricFamily(
-            "callshield_leg_role",
-            "leg roles stated for a plain SIP fork (one per m-line), by origin and role",
-            labels=["origin", "role"],
-        )
-        rejected = CounterMetricFamily(
-            "callshield_leg_role_rejected",
-            "leg-role statements ignored, by origin and reason (malformed, unknown, "
-            "count_mismatch, siprec, overridden, no_such_leg, not_plain_sip)",
-            labels=["origin", "reason"],
-        )
-        for key, n in sorted(self._snapshot().items()):
-            if key[0] == "said":
-                said.add_metric([key[1], key[2]], float(n))
-            elif key[0] == "rejected":
-                rejected.add_metric([key[1], key[2]], float(n))
-        return [said, rejected]
-
-
-def _shown(values: tuple[str, ...]) -> str:
-    """A refused value for the log: a short, printable prefix, never the whole input."""
-    text = ",".join(values)
-    safe = "".join(c if c.isprintable() else "?" for c in text[:40])
-    return repr(safe) + ("..." if len(text) > 40 else "")
+    return StatedCollector(
+        "callshield_leg_role",
+        "role",
+        "leg roles stated for a plain SIP fork (one per m-line), by origin and role",
+        "leg-role statements ignored, by origin and reason (malformed, unknown, "
+        "count_mismatch, siprec, overridden, no_such_leg, not_plain_sip)",
+        snapshot,
+    )

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from detectors.bus.policy import TENANT_PATTERN
+from sip_bridge.stated_counts import shown
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class TenantResolver:
                 call_id or "-",
                 hint.origin,
                 reason,
-                _shown(values),
+                shown(values, "|", 24),
             )
         if found is None:
             found = self._mapped(source, dnis)
@@ -219,10 +220,3 @@ class TenantResolver:
     def snapshot(self) -> dict[tuple[str, ...], int]:
         with self._lock:
             return dict(self.stats)
-
-
-def _shown(values: list[str]) -> str:
-    """A rejected value for the log: a short, printable prefix, never the whole input."""
-    text = "|".join(values)
-    safe = "".join(c if c.isprintable() else "?" for c in text[:24])
-    return repr(safe) + ("..." if len(text) > 24 else "")

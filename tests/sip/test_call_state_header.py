@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sip_fakes import harness, invite, responses
 from sip_wire import SDP_OFFER
 
-from sip_bridge.call_state import CallStateCollector, read_state
+from sip_bridge.call_state import call_state_collector, read_state
 from sip_bridge.sip.fields import NameAddr
 from sip_bridge.sip.sdp import SessionDescription
 
@@ -120,7 +120,7 @@ def test_bad_values_are_counted_and_ignored_never_refusing_the_call() -> None:
     assert h2.controller.call_states.snapshot() == {("rejected", "sip_header", "conflicting"): 1}
     assert h.uas.stats["p_early_media_ignored"] == 1  # RFC 5009 is no call state
     registry = CollectorRegistry()
-    registry.register(CallStateCollector(h2.controller.call_states.snapshot))
+    registry.register(call_state_collector(h2.controller.call_states.snapshot))
     text = generate_latest(registry).decode()
     assert (
         'callshield_call_state_rejected_total{origin="sip_header",reason="conflicting"} 1.0' in text

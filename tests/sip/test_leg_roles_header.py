@@ -16,10 +16,10 @@ from sip_test_data import SIPREC_CONTENT_TYPE, siprec_body
 from detectors.alert_schema import LegRole
 from sip_bridge.control_api import control_router
 from sip_bridge.leg_roles import (
-    LegRoleCollector,
     RoleStatement,
     decide,
     label_role,
+    leg_role_collector,
     read_header,
 )
 from sip_bridge.settings import Settings
@@ -118,7 +118,7 @@ def test_two_forked_directions_by_header_skip_non_audio_lines() -> None:
         ("said", "sip_header", "internal"): 1,
     }
     registry = CollectorRegistry()
-    registry.register(LegRoleCollector(h.controller.leg_roles.snapshot))
+    registry.register(leg_role_collector(h.controller.leg_roles.snapshot))
     text = generate_latest(registry).decode()
     assert 'callshield_leg_role_total{origin="sip_header",role="external"} 1.0' in text
 
