@@ -189,6 +189,14 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
             raise HTTPException(status.HTTP_404_NOT_FOUND, "no such live call")
         return call
 
+    def carrying(system: str, value: str) -> list[str]:
+        """The live calls whose ``system`` id (``sip-call-id`` or an ``external_ids``
+        key) is ``value``; 404 when none."""
+        ids = [c for c, call in controller.calls.items() if external_ids(call).get(system) == value]
+        if not ids:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "no live call carries that id")
+        return ids
+
     @router.post(
         "",
         status_code=status.HTTP_201_CREATED,
@@ -290,13 +298,7 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
     async def set_call_state_by_id(system: str, value: str, body: CallStateIn) -> Any:
         """``system``: ``sip-call-id`` (the SIP fork's Call-ID), or a key of the call's
         ``external_ids``; every live call carrying it is changed."""
-        ids = [c for c, call in controller.calls.items() if external_ids(call).get(system) == value]
-        if not ids:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, "no live call carries that id")
-        out = []
-        for call_id in ids:
-            out.append(await set_call_state(call_id, body))
-        return out
+        return [await set_call_state(call_id, body) for call_id in carrying(system, value)]
 
     @router.put(
         "/{call_id}/leg-roles",
@@ -348,10 +350,7 @@ def control_router(controller: CallController, settings: Settings) -> APIRouter:
     async def set_leg_roles_by_id(system: str, value: str, body: LegRolesIn) -> Any:
         """``system``: ``sip-call-id`` (the SIP fork's Call-ID), or a key of the call's
         ``external_ids``; every live call carrying it is changed."""
-        ids = [c for c, call in controller.calls.items() if external_ids(call).get(system) == value]
-        if not ids:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, "no live call carries that id")
-        return [await set_leg_roles(call_id, body) for call_id in ids]
+        return [await set_leg_roles(call_id, body) for call_id in carrying(system, value)]
 
     @router.delete(
         "/{call_id}",

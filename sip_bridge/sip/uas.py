@@ -349,8 +349,11 @@ class SipUas:
             )
         ]
 
-    def _modify(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
-        """re-INVITE or UPDATE inside a dialog."""
+    def _sequenced(
+        self, tx: ServerTransaction, req: SipRequest, now: float
+    ) -> Dialog | list[Outgoing]:
+        """The dialog of an in-dialog request whose CSeq moves on (taken), or the
+        answer that ends it: 481 outside a dialog, 500 for a stale CSeq (RFC 3261 §12.2.2)."""
         dialog = self._dialog_of(req)
         if dialog is None:
             return [self._reply(tx, 481, now)]
@@ -358,6 +361,13 @@ class SipUas:
         if cseq <= dialog.remote_cseq:
             return [self._reply(tx, 500, now, extra=[("Retry-After", "1")])]
         dialog.remote_cseq = cseq
+        return dialog
+
+    def _modify(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
+        """re-INVITE or UPDATE inside a dialog."""
+        dialog = self._sequenced(tx, req, now)
+        if isinstance(dialog, list):
+            return dialog
         if not dialog.call_id or (req.method == "INVITE" and not dialog.invite_tx.acked):
             return [self._reply(tx, 491, now)]
         try:
@@ -479,13 +489,9 @@ class SipUas:
         call-state header applied. We announce no ``Recv-Info``, so an INFO naming a
         package gets 469 with an empty ``Recv-Info`` (§4.2.2, §5.2.3); a stale CSeq gets
         500 (RFC 3261 §12.2.2). Neither touches the call or its media."""
-        dialog = self._dialog_of(req)
-        if dialog is None:
-            return [self._reply(tx, 481, now)]
-        cseq, _ = parse_cseq(req.headers.get("CSeq") or "")
-        if cseq <= dialog.remote_cseq:
-            return [self._reply(tx, 500, now, extra=[("Retry-After", "1")])]
-        dialog.remote_cseq = cseq
+        dialog = self._sequenced(tx, req, now)
+        if isinstance(dialog, list):
+            return dialog
         if req.headers.get("Info-Package") is not None:
             self.stats["info_package_refused"] += 1
             return [self._reply(tx, 469, now, extra=[("Recv-Info", "")])]
