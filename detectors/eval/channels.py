@@ -55,7 +55,7 @@ def apply(name: str, x: FloatArray, seed: int, noise: FloatArray | None = None) 
         real = np.flatnonzero(infos["real_mask"] != 0)
         first = int(real[0]) if real.size else 0  # drop the buffer's playout delay
         y = pcm[first:].reshape(-1).astype(np.float32) / 32768.0
-        return _fit(y, len(x))
+        return fit_length(y, len(x))
     if name == "reverb":
         return _sox_roundtrip(x, ["-t", "f32"], ["reverb", "50", "50", "60"])
     if name == "babble":
@@ -65,7 +65,8 @@ def apply(name: str, x: FloatArray, seed: int, noise: FloatArray | None = None) 
     raise ValueError(f"unknown channel {name!r} (one of {', '.join(CHANNELS)})")
 
 
-def _fit(y: FloatArray, n: int) -> FloatArray:
+def fit_length(y: FloatArray, n: int) -> FloatArray:
+    """``y`` cut or zero-padded to ``n`` samples, float32."""
     if len(y) >= n:
         return np.ascontiguousarray(y[:n], np.float32)
     return np.pad(y, (0, n - len(y))).astype(np.float32)
@@ -91,7 +92,7 @@ def _sox_roundtrip(x: FloatArray, encoded: list[str], effects: list[str]) -> Flo
         check=True,
         timeout=300,
     ).stdout
-    return _fit(np.frombuffer(back, "<f4").astype(np.float32), len(x))
+    return fit_length(np.frombuffer(back, "<f4").astype(np.float32), len(x))
 
 
 def opus_roundtrip(x: FloatArray, bit_rate: int) -> FloatArray:
@@ -128,4 +129,4 @@ def opus_roundtrip(x: FloatArray, bit_rate: int) -> FloatArray:
     y = resample(y, rate, RATE)
     # libopus delays its output by its lookahead (pre-skip); realign with the input
     skip = round(0.0065 * RATE)
-    return _fit(y[skip:], len(x))
+    return fit_length(y[skip:], len(x))

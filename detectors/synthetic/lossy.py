@@ -24,6 +24,8 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from detectors.eval.channels import fit_length, opus_roundtrip
+
 FloatArray = npt.NDArray[np.float32]
 RATE = 8_000
 WIDE_RATE = 16_000  # MP3 and AAC code the window upsampled to this rate
@@ -34,12 +36,6 @@ OPUS_KBPS = (8, 12, 16, 24)
 KINDS = (("mp3", 0.5), ("aac", 0.2), ("opus", 0.3))
 # samples of leading encoder padding the decoder does not drop, per codec (at WIDE_RATE)
 _PRIMING = {"libmp3lame": 0, "aac": 1024}
-
-
-def _fit(y: FloatArray, n: int) -> FloatArray:
-    if len(y) >= n:
-        return np.ascontiguousarray(y[:n], np.float32)
-    return np.pad(y, (0, n - len(y))).astype(np.float32)
 
 
 def roundtrip(x: FloatArray, codec: str, rate: int, bit_rate: int) -> FloatArray:
@@ -76,7 +72,7 @@ def roundtrip(x: FloatArray, codec: str, rate: int, bit_rate: int) -> FloatArray
             scale = 32768.0 if fr.format.name.startswith("s16") else 1.0
             chunks.append((a / scale).astype(np.float32))
     y = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    return _fit(y[_PRIMING.get(codec, 0) :], len(x))
+    return fit_length(y[_PRIMING.get(codec, 0) :], len(x))
 
 
 def wideband(x8: FloatArray, codec: str, bit_rate: int) -> FloatArray:
@@ -85,13 +81,11 @@ def wideband(x8: FloatArray, codec: str, bit_rate: int) -> FloatArray:
 
     up = resample_poly(x8, WIDE_RATE // RATE, 1).astype(np.float32)
     y = roundtrip(up, codec, WIDE_RATE, bit_rate)
-    return _fit(resample_poly(y, 1, WIDE_RATE // RATE).astype(np.float32), len(x8))
+    return fit_length(resample_poly(y, 1, WIDE_RATE // RATE).astype(np.float32), len(x8))
 
 
 def lossy(x8: FloatArray, rng: np.random.Generator) -> FloatArray:
     """One perceptual codec, drawn with ``rng``, on the 8 kHz window ``x8``."""
-    from detectors.eval.channels import opus_roundtrip
-
     names = [k for k, _ in KINDS]
     kind = names[int(rng.choice(len(KINDS), p=[p for _, p in KINDS]))]
     if kind == "mp3":
