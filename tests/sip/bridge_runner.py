@@ -97,14 +97,35 @@ def running_bridge(**settings: object) -> Iterator[RunningBridge]:
         bridge.stop()
 
 
+_issued_lock = threading.Lock()
+_issued: set[int] = set()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_udp_port() -> int:
-    """An even free port (SIPp's -mp uses it and the one above for RTCP)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port % 2 == 0 and port < 65000:
-            return port
+    """An even free port whose next three are free too (SIPp's -mp binds it, the one
+    above for RTCP, and the pair above that for video). Ports are handed out at most
+    once per test process, so two threads setting up calls at the same moment never
+    get the same one; another process can still take it before SIPp binds it, which
+    run_sipp answers by retrying."""
+    with _issued_lock:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port % 2 or port >= 65000 or any(p in _issued for p in range(port, port + 4)):
+                continue
+            if all(_bindable(p) for p in range(port + 1, port + 4)):
+                _issued.update(range(port, port + 4))
+                return port
 
 
 def run_sipp(
@@ -116,30 +137,44 @@ def run_sipp(
     media_port: int | None = None,
     timeout: float = 30.0,
 ) -> subprocess.CompletedProcess[str]:
+    """Run one SIPp call against the bridge. SIPp picks no port itself, so a port that
+    another process took between our probe and SIPp's bind fails it at start-up,
+    before any SIP is sent ("Unable to bind ... errno = 98"); that start is retried
+    on fresh ports, up to three times. A scenario that has begun is never rerun."""
     sipp = shutil.which("sipp")
     assert sipp, "SIPp (Debian sip-tester) is required: .ci/install.sh installs it"
     shutil.copy(SCENARIOS / scenario, workdir / scenario)
-    cmd = [
-        sipp,
-        "-sf",
-        scenario,
-        "-i",
-        "127.0.0.1",
-        "-p",
-        str(free_udp_port()),
-        "-mp",
-        str(media_port or free_udp_port()),
-        "-m",
-        "1",
-        "-timeout",
-        f"{int(timeout)}s",
-        "-timeout_error",
-        "-nostdin",
-        "-trace_err",
-        *(extra or []),
-        f"127.0.0.1:{bridge.sip_port}",
-    ]
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout + 10)
+    for attempt in range(3):
+        cmd = [
+            sipp,
+            "-sf",
+            scenario,
+            "-i",
+            "127.0.0.1",
+            "-p",
+            str(free_udp_port()),
+            "-mp",
+            str(media_port if media_port and attempt == 0 else free_udp_port()),
+            "-m",
+            "1",
+            "-timeout",
+            f"{int(timeout)}s",
+            "-timeout_error",
+            "-nostdin",
+            "-trace_err",
+            *(extra or []),
+            f"127.0.0.1:{bridge.sip_port}",
+        ]
+        result = subprocess.run(
+            cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout + 10
+        )
+        if result.returncode == 0 or not _bind_failed(result.stderr):
+            return result
+    return result
+
+
+def _bind_failed(stderr: str) -> bool:
+    return "Unable to bind" in stderr and "errno = 98" in stderr
 
 
 def load_speech(shared_dir: Path, seconds: float, skip: int = 0) -> npt.NDArray[np.int16]:
