@@ -46,7 +46,8 @@ from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 
 NAME = "callshield-synthetic-8k"
 AASIST_NAME = "callshield-aasist-8k"  # --arch aasist: its own name, installable beside the CNN
-NAMES = {"cnn": NAME, "aasist": AASIST_NAME}
+PHASE_NAME = "callshield-synthetic-phase-8k"  # --arch cnn-phase: beside the CNN too
+NAMES = {"cnn": NAME, "aasist": AASIST_NAME, "cnn-phase": PHASE_NAME}
 VERSION = "1.0.0"
 OPSET = 17
 TOLERANCE = 1e-5  # max |ONNX Runtime - torch| on the output, P(spoof)
@@ -74,7 +75,8 @@ STAGE2 = {  # --stage2: the measured (and rejected) continuation
 # load 6-11, the raw-waveform network costing ~10x the CNN per window); more was not
 # measured in time (docs/models/synthetic_voice.md, "AASIST at 8 kHz").
 AASIST_TRAIN = TrainConfig(windows=1_600, epochs=1, batch=16, lr=2e-3, arch="aasist")
-TRAIN_BY_ARCH = {"cnn": TrainConfig(), "aasist": AASIST_TRAIN}
+# --arch cnn-phase: the CNN's budget and schedule, only the input differs (model.py, phase.py)
+TRAIN_BY_ARCH = {"cnn": TrainConfig(), "aasist": AASIST_TRAIN, "cnn-phase": TrainConfig()}
 QUICK_SYSTEMS = ("espeak_en-us", "espeak_en-us-f3", "espeak_en-us-m7", "griffinlim_gl32")
 
 
@@ -299,6 +301,8 @@ def make_manifest(
 ARCH_TEXT = {
     "cnn": "log spectrogram + small CNN",
     "aasist": "AASIST (raw waveform, 8 kHz sinc front end, graph attention; arch aasist)",
+    "cnn-phase": "log spectrogram + phase derivatives (instantaneous-frequency deviation, "
+    "frequency-direction phase difference) + small CNN (arch cnn-phase)",
 }
 
 

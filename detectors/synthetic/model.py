@@ -3,6 +3,9 @@
     waveform [B, S] at 8 kHz (int16 / 32768, no other normalisation)
     -> framed DFT as a fixed Conv1d (Hann, n_fft 256 = 32 ms, hop 80 = 10 ms)
     -> log power [B, 129, T], minus its mean over the window (level invariance)
+       (``phase``, arch cnn-phase: plus four phase-derivative channels, ``phase.py``:
+       instantaneous-frequency deviation and frequency-direction phase difference, each
+       cos and sin, soft-gated by magnitude; input [B, 5, 129, T])
     -> 4 conv stages (3x3 conv, BatchNorm, ReLU; 2x2 max-pool after the first three)
     -> mean and max over time of the [channels x frequency] features
     -> dropout -> Linear -> one logit -> sigmoid: P(spoof) (``forward``; ``logit`` for
@@ -20,6 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from detectors.synthetic import phase
+
 
 @dataclass(frozen=True, slots=True)
 class NetConfig:
@@ -27,6 +32,7 @@ class NetConfig:
     hop: int = 80
     channels: tuple[int, ...] = (16, 32, 48, 64)
     dropout: float = 0.3
+    phase: bool = False  # arch cnn-phase: the four phase channels beside log power
 
     @property
     def bins(self) -> int:
@@ -54,8 +60,12 @@ def build_model(cfg: NetConfig | None = None) -> Any:
             super().__init__()
             self.dft: Tensor
             self.register_buffer("dft", torch.from_numpy(dft_kernels(net.n_fft)))
+            if net.phase:  # buffers only here: the CNN's state dict keeps its keys
+                cos_w, sin_w = phase.advance(net.bins, net.n_fft, net.hop)
+                self.register_buffer("cos_w", torch.tensor(cos_w).unsqueeze(1))
+                self.register_buffer("sin_w", torch.tensor(sin_w).unsqueeze(1))
             layers: list[nn.Module] = []
-            cin = 1
+            cin = 5 if net.phase else 1
             for i, c in enumerate(net.channels):
                 layers += [nn.Conv2d(cin, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU()]
                 if i < len(net.channels) - 1:
@@ -68,15 +78,19 @@ def build_model(cfg: NetConfig | None = None) -> Any:
             self.drop = nn.Dropout(net.dropout)
             self.head = nn.Linear(2 * cin * freq, 1)
 
-        def features(self, wave: Tensor) -> Tensor:
+        def features(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1 or 5, F, T]
             dft: Tensor = self.dft
             spec = nn.functional.conv1d(wave.unsqueeze(1), dft, stride=net.hop)
             re, im = spec[:, : net.bins], spec[:, net.bins :]
             logp = torch.log(re * re + im * im + 1e-8)
-            return logp - logp.mean(dim=(1, 2), keepdim=True)
+            logp = (logp - logp.mean(dim=(1, 2), keepdim=True)).unsqueeze(1)
+            if not net.phase:
+                return logp
+            chans: Tensor = phase.phase_channels(re, im, self.cos_w, self.sin_w)
+            return torch.cat([logp, chans], dim=1)
 
         def logit(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1]
-            x = self.body(self.features(wave).unsqueeze(1))  # [B, C, F, T]
+            x = self.body(self.features(wave))  # [B, C, F, T]
             x = x.flatten(1, 2)  # [B, C * F, T]
             pooled = torch.cat([x.mean(dim=2), x.amax(dim=2)], dim=1)
             out: Tensor = self.head(self.drop(pooled))

@@ -58,11 +58,12 @@ class TrainConfig:
     stage2_epochs: int = 2
     stage2_lr: float = 1e-3
     stage2_wide: bool = True  # stage 2 through the wide channel (False: the stage-1 one)
-    arch: str = "cnn"  # the network (ARCHS): cnn (model.py) or aasist (aasist_net.py)
+    arch: str = "cnn"  # the network (ARCHS): cnn, cnn-phase (model.py) or aasist (aasist_net.py)
 
 
 QUICK = TrainConfig(windows=96, epochs=1, batch=16, stage2_windows=32, stage2_epochs=1)
-ARCHS = ("cnn", "aasist")
+ARCHS = ("cnn", "aasist", "cnn-phase")
+PHASE_VERSION = 1  # bump when the cnn-phase channels (phase.py) change (its cache key)
 
 
 def new_model(arch: str) -> Any:
@@ -71,11 +72,11 @@ def new_model(arch: str) -> Any:
         from detectors.synthetic import aasist_net
 
         return aasist_net.build_model()
-    if arch != "cnn":
+    if arch not in ("cnn", "cnn-phase"):
         raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
-    from detectors.synthetic.model import build_model
+    from detectors.synthetic.model import NetConfig, build_model
 
-    return build_model()
+    return build_model(NetConfig(phase=arch == "cnn-phase"))
 
 
 _AUDIO: list[FloatArray] = []  # set before the pool forks (workers inherit it)
@@ -209,10 +210,15 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
     if stage == 2:
         fields += (cfg.stage2_windows, cfg.stage2_epochs, cfg.stage2_lr)
         fields += (WIDE_CHANNEL_VERSION,) if cfg.stage2_wide else ("narrow",)
-    if cfg.arch != "cnn":  # the CNN's keys stay as they were (its cached state dicts)
+    if cfg.arch == "aasist":  # the CNN's keys stay as they were (its cached state dicts)
         from detectors.synthetic import aasist_net
 
         fields += (cfg.arch, repr(aasist_net.CONFIG))
+    elif cfg.arch != "cnn":
+        from detectors.synthetic import model, phase
+
+        cfg_net = model.NetConfig(phase=True)
+        fields += (cfg.arch, repr(cfg_net), PHASE_VERSION, phase.GATE_REL)
     return hashlib.sha256(repr(fields).encode()).hexdigest()[:10]
 
 
