@@ -9,6 +9,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from sip_bridge.call_state import StateHint
+from sip_bridge.leg_roles import RoleStatement
 from sip_bridge.sip.body import RequestBody
 from sip_bridge.sip.fields import NameAddr, Via
 from sip_bridge.sip.identity import CallerIdentity
@@ -154,7 +155,9 @@ class Dialog:
     identity: CallerIdentity | None = None
     late_offer: str = ""  # "initial"/"reinvite": our 2xx has the offer, the ACK the answer
     reliable: ReliableProvisional | None = None  # RFC 3262: a 1xx awaiting its PRACK
-    pending_state: StateHint | None = None  # an INFO's call state before the answer
+    # what INFO/UPDATE said in the early dialog (call state, leg roles), applied in order
+    # once the delayed answer starts the call
+    pending: list[tuple[StateHint | None, RoleStatement | None]] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -16,6 +16,9 @@ are read once, the PASSporT verified against the configured trust store.
 Early media (``sip_bridge.call_state``): the INVITE's ``call_state_header`` says the
 forked call is not answered yet; the same header on a re-INVITE, UPDATE or INFO says it
 was answered. A bad value is counted and ignored, the request answered as without it.
+In the early dialog of a delayed answer an INFO or SDP-less UPDATE is answered at once and
+applied when the call starts; an UPDATE with SDP or a re-INVITE gets 500 + Retry-After
+(RFC 3311 §5.2, RFC 3261 §14.2: see ``_modify``).
 Leg roles of a plain SIP fork (``sip_bridge.leg_roles``): the INVITE's
 ``leg_roles_header`` lists the role of each audio m-line, or an m-line's ``a=label`` is a
 role word; a re-INVITE or UPDATE may restate them. Bad values are counted and ignored.
@@ -320,9 +323,12 @@ class SipUas:
             dialog.streams = [replace(s, accepted=False) for s in dialog.streams]
             call, ports = self.controller.start_call(setup, dialog.streams, None, "capacity")
         dialog.call_id = call.call_id
-        if dialog.pending_state is not None:
-            self.controller.set_call_state(call.call_id, dialog.pending_state)
-            dialog.pending_state = None
+        for hint, said in dialog.pending:  # early INFO/UPDATE, in the order they came
+            if hint is not None:
+                self.controller.set_call_state(call.call_id, hint)
+            if said is not None and said.header is not None:
+                self.controller.update_call(call.call_id, None, leg_roles=said)
+        dialog.pending = []
         dialog.sdp_session = int(now * 1000) & 0x7FFFFFFF
         if dialog.offer is None:  # late offer: this is our offer
             dialog.answer = build_offer(
@@ -364,16 +370,24 @@ class SipUas:
         return dialog
 
     def _modify(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
-        """re-INVITE or UPDATE inside a dialog."""
+        """re-INVITE or UPDATE inside a dialog. Before our 2xx to the INVITE (the early
+        dialog of a delayed answer): a re-INVITE gets 500 + Retry-After (RFC 3261 §14.2:
+        an INVITE before the final response to a lower-CSeq one), an UPDATE is taken
+        (RFC 3311, ``_early_update``). After the 2xx, before its ACK: a re-INVITE gets 491."""
         dialog = self._sequenced(tx, req, now)
         if isinstance(dialog, list):
             return dialog
-        if not dialog.call_id or (req.method == "INVITE" and not dialog.invite_tx.acked):
+        if not dialog.call_id and req.method == "INVITE":
+            self.stats["reinvite_before_answer"] += 1
+            return [self._reply(tx, 500, now, extra=[("Retry-After", _retry_after())])]
+        if req.method == "INVITE" and not dialog.invite_tx.acked:
             return [self._reply(tx, 491, now)]
         try:
             body = read_body(req)
         except SipParseError as exc:
             return [self._reply(tx, exc.status or 400, now, extra=_accept_if(exc.status))]
+        if not dialog.call_id:
+            return [self._early_update(tx, req, body, dialog, now)]
         streams: list[NegotiatedStream] | None = None
         if body.sdp is not None:
             try:
@@ -409,6 +423,23 @@ class SipUas:
         return [self._reply(tx, 200, now, to_tag=dialog.local_tag, extra=extra, body=body_bytes)]
 
     _on_update = _modify
+
+    def _early_update(
+        self, tx: ServerTransaction, req: SipRequest, body: RequestBody, dialog: Dialog, now: float
+    ) -> Outgoing:
+        """UPDATE in the early dialog (RFC 3311). With SDP: 500 + Retry-After, as §5.2
+        requires while the INVITE's offer is unanswered (our 180 carries no SDP; an
+        offerless INVITE's offer is ours, in the 2xx). Without: 200 at once, its call
+        state and leg roles held and applied in order when the delayed answer starts the
+        call (as an early INFO's call state)."""
+        if body.sdp is not None:
+            self.stats["early_update_offer_refused"] += 1
+            return self._reply(tx, 500, now, extra=[("Retry-After", _retry_after())])
+        said = replace(self._leg_roles(req, dialog.offer, dialog.streams), labels=())
+        dialog.pending.append((self._call_state(req), said))
+        self.stats["early_update"] += 1
+        extra = self._dialog_headers(dialog, req, session_timer=False)
+        return self._reply(tx, 200, now, to_tag=dialog.local_tag, extra=extra)
 
     def _ack(self, req: SipRequest, now: float) -> list[Outgoing]:
         tx = self.transactions.find(_key(req))
@@ -499,7 +530,7 @@ class SipUas:
         if hint is not None and dialog.call_id:
             self.controller.set_call_state(dialog.call_id, hint)
         elif hint is not None:  # an early dialog (answer_delay): applied once answered
-            dialog.pending_state = hint
+            dialog.pending.append((hint, None))
         return [self._reply(tx, 200, now)]
 
     def _on_prack(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
@@ -658,6 +689,11 @@ _HANDLED = frozenset({"INVITE", "BYE", "CANCEL", "OPTIONS", "UPDATE", "INFO", "P
 
 def _key(req: SipRequest, method: str | None = None) -> tuple[str, ...]:
     return transaction_key(req, method)
+
+
+def _retry_after() -> str:
+    """A Retry-After of 0-10 s, randomly chosen (RFC 3261 §14.2, RFC 3311 §5.2)."""
+    return str(secrets.randbelow(11))
 
 
 def _session_expires(req: SipRequest) -> int | None:

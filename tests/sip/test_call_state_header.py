@@ -162,3 +162,61 @@ def test_info_in_the_early_dialog_is_applied_when_answered() -> None:
     (call,) = h.controller.calls.values()
     assert call.early_media is False
     assert h.events() == [("started", ""), ("updated", "answered")]
+
+
+def _retry_after(resp) -> int:  # type: ignore[no-untyped-def]
+    value = resp.headers.get("Retry-After") or ""
+    assert value.isdigit() and 0 <= int(value) <= 10, value  # RFC 3261 §14.2, RFC 3311 §5.2
+    return int(value)
+
+
+def test_update_in_the_early_dialog_is_answered_and_applied_when_answered() -> None:
+    """RFC 3311: UPDATE is allowed in the early dialog (before the bridge's delayed
+    answer). One without SDP is answered at once and its call state and leg roles are
+    applied when the call is answered; one with SDP while the INVITE's offer is still
+    unanswered (our 180 carries none) gets 500 + Retry-After (§5.2), changing nothing."""
+    h = harness(answer_delay=2.0)
+    trying, ringing = h.send(invite(extra=EARLY))
+    tag = NameAddr.parse(ringing.headers.get("To") or "").tag
+    assert (trying.status, ringing.status) == (100, 180) and tag
+    roles = "X-CallShield-Leg-Roles: external\n"
+    (ok,) = _in_dialog(h, "UPDATE", tag, 2, ANSWERED + roles, now=0.5)
+    assert ok.status == 200 and ok.body == b""
+    assert NameAddr.parse(ok.headers.get("To") or "").tag == tag
+    assert (ok.headers.get("Contact") or "").startswith("<sip:callshield@")  # §5.2: target refresh
+    assert h.controller.calls == {}  # nothing started before the answer
+    (offer,) = _in_dialog(h, "UPDATE", tag, 3, "", body=SDP_OFFER, now=0.6)
+    assert offer.status == 500
+    _retry_after(offer)
+    (final,) = responses(h.uas.poll(2.5))
+    assert final.status == 200 and final.headers.get("CSeq") == "1 INVITE"
+    (call,) = h.controller.calls.values()
+    assert call.early_media is False
+    (leg,) = call.legs.values()
+    assert (leg.role.value, leg.role_source) == ("external", "sip_header")
+    assert h.controller.call_states.snapshot() == {
+        ("said", "sip_header", "early"): 1,
+        ("said", "sip_header", "answered"): 1,
+    }
+    assert h.events()[0] == ("started", "") and ("updated", "answered") in h.events()
+
+
+def test_reinvite_before_the_answer_gets_500_with_retry_after() -> None:
+    """RFC 3261 §14.2: a second INVITE before our final response to the first gets 500
+    with Retry-After (0-10 s), not 491 (that is for glare with our own INVITE); the
+    call is answered as usual and a re-INVITE after the ACK is taken."""
+    h = harness(answer_delay=2.0)
+    _, ringing = h.send(invite(extra=EARLY))
+    tag = NameAddr.parse(ringing.headers.get("To") or "").tag
+    (early,) = _in_dialog(h, "INVITE", tag, 2, ANSWERED, body=SDP_OFFER, now=0.5)
+    assert early.status == 500
+    _retry_after(early)
+    h.send(invite(method="ACK", to_tag=tag, cseq=2, branch="z9hG4bKINVITE2x0", body=""), now=0.6)
+    assert h.controller.calls == {}
+    (final,) = responses(h.uas.poll(2.5))
+    assert final.status == 200
+    (call,) = h.controller.calls.values()
+    assert call.early_media is True  # the refused re-INVITE's header was not taken
+    h.send(invite(method="ACK", to_tag=tag, cseq=1, branch="z9hG4bKack1", body=""), now=2.6)
+    (ok,) = _in_dialog(h, "INVITE", tag, 3, ANSWERED, body=SDP_OFFER, now=3.0)
+    assert ok.status == 200 and call.early_media is False
