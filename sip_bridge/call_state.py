@@ -16,7 +16,10 @@ Where it is said (each an *origin*, counted apart):
   ``PUT /v1/calls/{id}/call-state`` (any live call, also by an external id);
 - ``twilio_parameter``: ``<Parameter name="call_state" value="early"/>`` on a Twilio
   ``<Stream>`` (a stream started before ``<Dial>``: the caller in an IVR);
-- ``audio_fork_metadata``: ``call_state`` in the mod_audio_fork / jambonz metadata.
+- ``audio_fork_metadata``: ``call_state`` in the mod_audio_fork / jambonz metadata;
+- ``siprec_metadata``: the SIPREC metadata's ``callstate`` extension (at the start and in
+  any update; ``sip_bridge.sip.siprec``: its early words say early, any other text says
+  answered, so it is counted as one of the two, never ``unknown``).
 
 Adapters say only the state at the start; ``answered`` then comes through the control
 API by the platform's id (``by-external-id/twilio/<CallSid>``).
@@ -56,7 +59,7 @@ log = logging.getLogger(__name__)
 EARLY_WORDS: Final = EARLY_STATES | {"ring"}
 ANSWERED_WORDS: Final = frozenset({"answered", "answer", "up", "connected", "confirmed", "active"})
 WORD_RE: Final = re.compile(r"^[a-z_-]{1,32}$")
-Origin = Literal["sip_header", "api", "twilio_parameter", "audio_fork_metadata"]
+Origin = Literal["sip_header", "api", "twilio_parameter", "audio_fork_metadata", "siprec_metadata"]
 State = Literal["early", "answered"]
 Reason = Literal["malformed", "unknown", "conflicting", "after_answer"]
 

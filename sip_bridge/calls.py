@@ -10,7 +10,8 @@ number-free identity summary on all but ``ended``) to a :class:`CallPublisher`
 
 Early media (issue 10): a call is early (scored, never alerting) while SIPREC metadata
 or the PBX's own word (``sip_bridge.call_state``: a SIP header, the control API) says it
-is not answered yet; one state, whoever said it last, and once answered it stays so.
+is not answered yet; one state, whoever said it last, and once answered it stays so
+(whoever says early later, SIPREC metadata included, is refused: ``after_answer``).
 
 Plain SIP forks (issue 10): a leg's role is what the PBX said for its m-line
 (``sip_bridge.leg_roles``: a SIP header, an ``a=label`` role word), kept per m-line index
@@ -252,7 +253,7 @@ class CallController:
             identity=setup.identity,
         )
         if metadata is not None:
-            self._apply_metadata(call, metadata)
+            self._apply_metadata(call, metadata, starting=True)
         self._apply_state(call, setup.call_state, starting=True)
         self._state_roles(call, setup.leg_roles_said)
         self._resolve_tenant(call, setup)
@@ -354,7 +355,7 @@ class CallController:
         call = self.calls[call_id]
         was_held = bool(call.legs) and all(leg.paused for leg in call.legs.values())
         if metadata is not None:
-            self._apply_metadata(call, metadata)
+            self._apply_metadata(call, metadata, starting=False)
         self._apply_state(call, call_state, starting=False)
         self._state_roles(call, leg_roles)
         if streams is None:
@@ -520,13 +521,22 @@ class CallController:
                 continue
             call.stated_roles[index] = (role, origin)  # a valid header names every line
 
-    def _apply_metadata(self, call: Call, update: RecordingMetadata) -> None:
+    def _apply_metadata(self, call: Call, update: RecordingMetadata, *, starting: bool) -> None:
+        """Merge SIPREC metadata into the call's. Its call state (an update without one
+        keeps the call's) is judged as every origin's is (``siprec_metadata``): an
+        update saying early for an answered call is refused (``after_answer``), counted
+        and not stored, the call staying answered."""
+        if update.call_state:
+            word = "early" if update.early else "answered"
+            verdict = self._apply_state(
+                call, StateHint("siprec_metadata", (word,)), starting=starting
+            )
+            if verdict.state is None:
+                update = replace(update, call_state="")
         previous = call.metadata
         merged = previous.merged(update) if previous is not None else update
         call.caller_participant = merged.caller_id(call.caller_participant, previous)
         call.metadata = merged
-        if update.call_state:  # an update without it keeps the call's state
-            call.early_media = update.early
         call.participants = [(p.aor, p.name) for p in merged.participants]
         if merged.session_ids and call.correlation_id is None:
             call.correlation_id = merged.session_ids[0]
