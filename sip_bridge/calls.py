@@ -46,6 +46,7 @@ from sip_bridge.leg_roles import (
     RoleStatement,
     decide,
     read_api,
+    taken,
 )
 from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.identity import CallerIdentity
@@ -124,6 +125,7 @@ class Call:
     tenant: str = "default"  # decided when the call starts (sip_bridge.tenant)
     tenant_source: str = "default"  # which step decided it
     stated_roles: dict[int, tuple[LegRole, Origin]] = field(default_factory=dict)  # plain SIP
+    roles_statement: RoleStatement | None = None  # the last one SIP made (refreshes repeat it)
 
 
 class CallPublisher(Protocol):
@@ -504,19 +506,25 @@ class CallController:
     def _state_roles(self, call: Call, statement: RoleStatement | None) -> None:
         """What a plain SIP request said about its legs (``sip_bridge.leg_roles``):
         decided, counted, kept by m-line index (applied by ``_assign_roles``). A SIPREC
-        call's header is counted and ignored (its metadata decides)."""
+        call's header is counted and ignored (its metadata decides). Only what is new is
+        counted: a role a line already has from that origin is not counted again, and a
+        statement the same as the call's last one (an RFC 4028 session refresh re-sends
+        its SDP and headers every few minutes) counts nothing, refusals included."""
         if statement is None:
             return
+        again, call.roles_statement = statement == call.roles_statement, statement
         if call.kind != "sip":
-            if statement.header is not None and any(e.strip() for e in statement.header):
+            said = statement.header is not None and any(e.strip() for e in statement.header)
+            if said and not again:
                 self.leg_roles.reject("sip_header", "siprec", call.call_id)
             return
         decision = decide(statement)
-        self.leg_roles.count(decision, statement.header, call.call_id)
+        if not again:
+            self.leg_roles.count(taken(decision, call.stated_roles), statement.header, call.call_id)
         for index, (role, origin) in decision.roles.items():
             held = call.stated_roles.get(index)
             if held is not None and held[1] == "api":  # the API's word stays
-                if held[0] is not role:
+                if held[0] is not role and not again:
                     self.leg_roles.reject(origin, "overridden", call.call_id)
                 continue
             call.stated_roles[index] = (role, origin)  # a valid header names every line

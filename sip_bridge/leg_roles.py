@@ -48,7 +48,10 @@ can change, e.g. after a transfer re-anchors a stream); without one, role labels
 their lines and every other line keeps the role it had; an added line nobody names is
 ``mixed``. A line removed (port 0, or gone) forgets its role, so a line later re-used at
 that position starts from the default. A re-INVITE without SDP reads the header against
-the session's current SDP.
+the session's current SDP. Counting (``taken``): a restatement is not counted again (a
+line's role from the same origin, or a whole statement equal to the call's previous one,
+as RFC 4028 session refreshes re-send every few minutes, refusals included); a change
+counts the lines it changes.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ import logging
 import re
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from detectors.alert_schema import LegRole
@@ -134,6 +138,18 @@ def decide(statement: RoleStatement) -> Decision:
         tuple(("sip_header", r) for r in read),
         (("sdp_label", "overridden"),) * overridden,
     )
+
+
+def taken(decision: Decision, held: Mapping[int, tuple[LegRole, Origin]]) -> Decision:
+    """``decision`` saying only the roles it changes, pure: a line that already has that
+    role from that origin (a restatement, e.g. a session refresh) or whose role the
+    control API holds (not taken) is not said again; roles and refusals unchanged."""
+    said = tuple(
+        (origin, role)
+        for index, (role, origin) in decision.roles.items()
+        if (now := held.get(index)) != (role, origin) and (now is None or now[1] != "api")
+    )
+    return replace(decision, said=said)
 
 
 def read_api(said: dict[str, str], legs: dict[str, int]) -> dict[int, LegRole] | Reason:

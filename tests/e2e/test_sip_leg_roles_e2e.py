@@ -9,7 +9,8 @@ First the PBX says nothing: both legs are ``mixed`` and every voice window absta
 ``leg_unknown``, the marker notwithstanding. Then the same call with
 ``X-CallShield-Leg-Roles: external,internal``: the legs are published as external and
 internal, the external leg's windows are scored (and flagged), the internal leg is never
-analysed, and /metrics counts the roles under ``sip_header``.
+analysed, and /metrics counts the roles under ``sip_header`` once each, although two
+session refreshes (RFC 4028 re-INVITEs) re-send the same SDP and header mid-call.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from sip_bridge.leg_roles import (
     label_role,
     leg_role_collector,
     read_header,
+    taken,
 )
 from sip_bridge.settings import Settings
 from sip_bridge.sip.fields import NameAddr
@@ -319,3 +320,55 @@ def test_control_api_leaves_siprec_and_its_own_calls_alone() -> None:
     roles = {leg.label: leg.role.value for leg in siprec.legs.values()}
     assert roles == {"1": "external", "2": "internal"}
     assert h.controller.leg_roles.snapshot() == {("rejected", "api", "not_plain_sip"): 2}
+
+
+def test_session_refresh_restating_the_same_roles_counts_once() -> None:
+    """RFC 4028 session refreshes re-send the same SDP and headers every few minutes: a
+    restatement of the roles a line already has (or of a statement already refused)
+    counts nothing, so the counters do not grow with call duration; a real change
+    counts, for the lines it changes."""
+    decision = decide(RoleStatement(("external", "internal"), (0, 1)))
+    assert taken(decision, {}).said == decision.said
+    assert taken(decision, {0: (EXT, "sip_header")}).said == (("sip_header", INT),)
+    assert taken(decision, {0: (EXT, "sdp_label")}).said == decision.said  # a new origin
+    assert taken(decision, {1: (MIX, "api")}).said == (("sip_header", EXT),)  # not taken
+    assert taken(decision, {0: (EXT, "sip_header")}).roles == decision.roles
+    h = harness()
+    tag = _start(h, _sdp("audio", "audio"), "external,internal")
+    for cseq in range(2, 6):  # refreshes by re-INVITE (same SDP and header) ...
+        assert _modify(h, tag, cseq, _sdp("audio", "audio"), "external,internal") == 200
+    assert _modify(h, tag, 6, "", "external,internal", "UPDATE") == 200  # ... and UPDATE
+    assert h.controller.leg_roles.snapshot() == {
+        ("said", "sip_header", "external"): 1,
+        ("said", "sip_header", "internal"): 1,
+    }
+    # a third line named mixed: only that line is new
+    assert _modify(h, tag, 7, _sdp("audio", "audio", "audio"), "external,internal,mixed") == 200
+    # a real change (the streams re-anchored), then refreshed
+    for cseq in (8, 9):
+        assert (
+            _modify(h, tag, cseq, _sdp("audio", "audio", "audio"), "internal,external,mixed") == 200
+        )
+    assert [r[1] for r in _roles(h)] == ["internal", "external", "mixed"]
+    # a refused header sent again on every refresh is counted once
+    for cseq in (10, 11):
+        assert _modify(h, tag, cseq, _sdp("audio", "audio", "audio"), "external") == 200
+    assert h.controller.leg_roles.snapshot() == {
+        ("said", "sip_header", "external"): 2,
+        ("said", "sip_header", "internal"): 2,
+        ("said", "sip_header", "mixed"): 1,
+        ("rejected", "sip_header", "count_mismatch"): 1,
+    }
+    registry = CollectorRegistry()
+    registry.register(leg_role_collector(h.controller.leg_roles.snapshot))
+    text = generate_latest(registry).decode()
+    assert 'callshield_leg_role_total{origin="sip_header",role="external"} 2.0' in text
+    # role labels restated by a refresh count once too
+    h2 = harness()
+    tag2 = _start(h2, _sdp("audio:external", "audio:Internal"))
+    for cseq in (2, 3):
+        assert _modify(h2, tag2, cseq, _sdp("audio:external", "audio:Internal")) == 200
+    assert h2.controller.leg_roles.snapshot() == {
+        ("said", "sdp_label", "external"): 1,
+        ("said", "sdp_label", "internal"): 1,
+    }
