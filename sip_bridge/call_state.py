@@ -34,6 +34,14 @@ Values, trimmed and case-insensitive: ``early`` and the SIPREC extension's early
 and ignored, the call going on as if nothing had been said. SIP never refuses a call
 or an update for it; the control API answers 422 (409 for ``after_answer``).
 
+Counting: only what is new counts. A state counts when the call's state, or the origin
+saying it, changes (``taken``); a statement that repeats exactly the same origin's last
+one on that call with the same outcome (an RFC 4028 session refresh re-sends the
+INVITE's headers every few minutes, a SIPREC SRC its metadata) counts nothing, a refusal
+included: a repeated identical refusal counts once per call
+(``sip_bridge.stated_counts.restated``). The control API's refusals, each answered
+422/409, count per request.
+
 ``P-Early-Media`` (RFC 5009) is not read as a call state: it authorises early media
 between trusted network elements (in an INVITE it can only say ``supported``; the
 direction parameters belong to the 18x/2xx and later requests of *that* dialog's
@@ -116,6 +124,15 @@ def judge(hint: StateHint | None, *, early_now: bool, starting: bool) -> Verdict
     verdict = read_state(hint.values)
     if verdict.state == "early" and not starting and not early_now:
         return Verdict(reason="after_answer")
+    return verdict
+
+
+def taken(verdict: Verdict, origin: Origin, held: tuple[State, Origin] | None) -> Verdict:
+    """``verdict`` as counted, pure: a state the call already has (``held``: the state
+    taken last and who said it) from that origin is a restatement, not taken again
+    (nothing said); a change or a refusal is left as it is."""
+    if verdict.state is not None and (verdict.state, origin) == held:
+        return Verdict()
     return verdict
 
 

@@ -12,6 +12,9 @@ Early media (issue 10): a call is early (scored, never alerting) while SIPREC me
 or the PBX's own word (``sip_bridge.call_state``: a SIP header, the control API) says it
 is not answered yet; one state, whoever said it last, and once answered it stays so
 (whoever says early later, SIPREC metadata included, is refused: ``after_answer``).
+A statement that repeats the last one (a session refresh re-sending the same headers
+or metadata) is not counted again, call state and leg roles alike
+(``sip_bridge.stated_counts.restated``).
 
 Plain SIP forks (issue 10): a leg's role is what the PBX said for its m-line
 (``sip_bridge.leg_roles``: a SIP header, an ``a=label`` role word), kept per m-line index
@@ -37,7 +40,9 @@ from typing import Literal, Protocol
 from detectors.alert_schema import CallEvent, LegRole
 from native.ingest import PayloadType
 from native.srtp import SrtpKey
-from sip_bridge.call_state import CallStates, StateHint, Verdict, judge
+from sip_bridge.call_state import CallStates, State, StateHint, Verdict, judge
+from sip_bridge.call_state import Origin as StateOrigin
+from sip_bridge.call_state import taken as state_taken
 from sip_bridge.leg_roles import (
     Decision,
     LegRoleStats,
@@ -52,6 +57,7 @@ from sip_bridge.media import CapacityError, PushedLeg
 from sip_bridge.sip.identity import CallerIdentity
 from sip_bridge.sip.offer_answer import NegotiatedStream
 from sip_bridge.sip.siprec import RecordingMetadata, StreamRole
+from sip_bridge.stated_counts import restated
 from sip_bridge.tenant import Hint, TenantResolver
 
 log = logging.getLogger(__name__)
@@ -125,7 +131,8 @@ class Call:
     tenant: str = "default"  # decided when the call starts (sip_bridge.tenant)
     tenant_source: str = "default"  # which step decided it
     stated_roles: dict[int, tuple[LegRole, Origin]] = field(default_factory=dict)  # plain SIP
-    roles_statement: RoleStatement | None = None  # the last one SIP made (refreshes repeat it)
+    state_said: tuple[State, StateOrigin] | None = None  # taken last, and by whom
+    statements: dict[str, object] = field(default_factory=dict)  # last per topic (restated)
 
 
 class CallPublisher(Protocol):
@@ -494,13 +501,21 @@ class CallController:
 
     def _apply_state(self, call: Call, hint: StateHint | None, *, starting: bool) -> Verdict:
         """The PBX's call state (``sip_bridge.call_state``): judged, counted, applied;
-        ``early`` only at the start or while still early (never back after answer)."""
+        ``early`` only at the start or while still early (never back after answer).
+        Only what is new is counted: a state the call already has from that origin is
+        not counted again, and a statement repeating the origin's last one with the same
+        outcome (an RFC 4028 session refresh, a SIPREC SRC re-sending its metadata)
+        counts nothing, refusals included."""
         if hint is None:
             return Verdict()
         verdict = judge(hint, early_now=call.early_media, starting=starting)
-        self.call_states.count(hint, verdict, call.call_id)
+        said = (hint.values, verdict)
+        if not restated(call.statements, f"call_state:{hint.origin}", said):
+            counted = state_taken(verdict, hint.origin, call.state_said)
+            self.call_states.count(hint, counted, call.call_id)
         if verdict.state is not None:
             call.early_media = verdict.state == "early"
+            call.state_said = (verdict.state, hint.origin)
         return verdict
 
     def _state_roles(self, call: Call, statement: RoleStatement | None) -> None:
@@ -512,7 +527,7 @@ class CallController:
         its SDP and headers every few minutes) counts nothing, refusals included."""
         if statement is None:
             return
-        again, call.roles_statement = statement == call.roles_statement, statement
+        again = restated(call.statements, "leg_roles", statement)
         if call.kind != "sip":
             said = statement.header is not None and any(e.strip() for e in statement.header)
             if said and not again:

@@ -1,7 +1,11 @@
 """Counting what a PBX or platform *states* about a call (its call state, its legs'
 roles): values taken by origin, values ignored by origin and reason, as two Prometheus
-counters; and the short printable prefix a refused value is logged with. One place, so
-every per-call statement the bridge reads is counted and logged the same way."""
+counters; the short printable prefix a refused value is logged with; and whether a
+statement merely repeats the call's last one on that topic (``restated``: an RFC 4028
+session refresh re-sends its SDP and headers every few minutes, a SIPREC SRC its
+metadata, and such a repeat is not counted again, refusals included, so the counters
+measure what was said, not call duration). One place, so every per-call statement the
+bridge reads is counted and logged the same way."""
 
 from __future__ import annotations
 
@@ -36,6 +40,14 @@ class StatedCollector(Collector):
             elif key[0] == "rejected":
                 rejected.add_metric([key[1], key[2]], float(n))
         return [said, rejected]
+
+
+def restated(last: dict[str, object], topic: str, statement: object) -> bool:
+    """Whether ``statement`` is exactly the call's last one on ``topic`` (``last``: the
+    call's, by topic), recording it either way; a repeat is not counted again."""
+    again = topic in last and last[topic] == statement
+    last[topic] = statement
+    return again
 
 
 def shown(values: Iterable[str], sep: str, limit: int) -> str:

@@ -1,7 +1,9 @@
 """Early media on a plain SIP fork (issue 10), end to end: SIPp, as a PBX forking a call
 before it is answered, sends ``X-CallShield-Call-State: early`` on the INVITE and, after
 6.5 s of media, a re-INVITE (same SDP) with ``X-CallShield-Call-State: answered``, into
-a bridge with its full wiring publishing to a real redis-server.
+a bridge with its full wiring publishing to a real redis-server. Two RFC 4028 session
+refreshes (re-INVITEs re-sending the same SDP and header: ``early`` at 3 s, ``answered``
+at 10 s) restate what was said.
 
 The fork's one stream is real speech: 5.5 s carrying the synthetic-voice fixture's
 marker (an announcement a synthetic-voice model flags), 1.5 s unmarked, then 6 s marked
@@ -10,7 +12,8 @@ parties), on which shipped voice models abstain; the fixture here scores mixed l
 so the early-media rule is what decides. Expected: the early windows are scored as
 synthetic and published, but no alert comes from them; after the answer the same
 marker raises a synthetic-voice alert, whose windows all start after the early part;
-the media survives the re-INVITE; /metrics counts both states under ``sip_header``.
+the media survives the re-INVITEs; /metrics counts both states under ``sip_header``
+once each, the refreshes not again (2.0 each before they stopped counting).
 (The SIPREC version, and the same call answered from the start alerting on its first
 marked windows: ``test_early_media_e2e.py``.)
 """
@@ -68,7 +71,8 @@ def test_plain_sip_fork_early_then_answered_by_reinvite(
 
     assert wait_for(lambda: any(e.event == "ended" for e in events()), 20)
     (call_id,) = {e.call_id for e in events()}
-    assert [e.event for e in events()] == ["started", "updated", "ended"]
+    # one ``updated`` per re-INVITE: the early refresh, the answer, the answered refresh
+    assert [e.event for e in events()] == ["started", "updated", "updated", "updated", "ended"]
     scored = [
         m
         for m in read(client, keys.scores)
@@ -89,3 +93,4 @@ def test_plain_sip_fork_early_then_answered_by_reinvite(
     metrics = fork_bridge.bridge.wiring.metrics()[0].decode()  # type: ignore[union-attr]
     assert 'callshield_call_state_total{origin="sip_header",state="early"} 1.0' in metrics
     assert 'callshield_call_state_total{origin="sip_header",state="answered"} 1.0' in metrics
+    assert "callshield_call_state_rejected_total{" not in metrics

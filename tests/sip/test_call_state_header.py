@@ -9,12 +9,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sip_fakes import harness, invite, responses
 from sip_wire import SDP_OFFER
 
-from sip_bridge.call_state import call_state_collector, read_state
+from sip_bridge.call_state import StateHint, Verdict, call_state_collector, read_state, taken
 from sip_bridge.sip.fields import NameAddr
 from sip_bridge.sip.sdp import SessionDescription
 
 EARLY = "X-CallShield-Call-State: early\n"
 ANSWERED = "X-CallShield-Call-State: answered\n"
+SE = "Session-Expires: 1800;refresher=uac\nSupported: timer\n"
 
 
 def _establish(h, extra: str = ""):  # type: ignore[no-untyped-def]
@@ -220,3 +221,58 @@ def test_reinvite_before_the_answer_gets_500_with_retry_after() -> None:
     h.send(invite(method="ACK", to_tag=tag, cseq=1, branch="z9hG4bKack1", body=""), now=2.6)
     (ok,) = _in_dialog(h, "INVITE", tag, 3, ANSWERED, body=SDP_OFFER, now=3.0)
     assert ok.status == 200 and call.early_media is False
+
+
+def test_session_refreshes_restating_the_call_state_count_once() -> None:
+    """RFC 4028: a PBX that copies the call-state header into every session refresh
+    (re-INVITE, same SDP) says nothing new: the state counts once, a real change counts,
+    and a refused value restated on every refresh (``early`` after the answer) counts
+    once per call, so /metrics does not grow with call duration."""
+    h = harness()
+    tag, _ = _establish(h, SE + EARLY)
+    (call,) = h.controller.calls.values()
+
+    def refresh(cseq: int, extra: str) -> None:
+        (ok,) = _in_dialog(h, "INVITE", tag, cseq, SE + extra, body=SDP_OFFER, now=cseq * 60.0)
+        assert ok.status == 200
+        h.send(
+            invite(method="ACK", to_tag=tag, cseq=cseq, branch=f"z9hG4bKa{cseq}", body=""),
+            now=cseq * 60.0 + 0.1,
+        )
+
+    for cseq in (2, 3, 4):
+        refresh(cseq, EARLY)
+    assert call.early_media is True
+    (ok,) = _in_dialog(h, "UPDATE", tag, 5, ANSWERED, now=300.0)  # the real change
+    assert ok.status == 200 and call.early_media is False
+    for cseq in (6, 7, 8):
+        refresh(cseq, ANSWERED)
+    for cseq in (9, 10, 11):  # the PBX went back to copying the INVITE's header
+        refresh(cseq, EARLY)
+    (info,) = _in_dialog(h, "INFO", tag, 12, "X-CallShield-Call-State: Up\n", now=720.0)
+    assert info.status == 200 and call.early_media is False  # answered already: not new
+    assert h.controller.call_states.snapshot() == {
+        ("said", "sip_header", "early"): 1,
+        ("said", "sip_header", "answered"): 1,
+        ("rejected", "sip_header", "after_answer"): 1,
+    }
+    h.controller.set_call_state(call.call_id, StateHint("api", ("answered",)))  # a new origin
+    registry = CollectorRegistry()
+    registry.register(call_state_collector(h.controller.call_states.snapshot))
+    text = generate_latest(registry).decode()
+    for line in (
+        'callshield_call_state_total{origin="sip_header",state="early"} 1.0',
+        'callshield_call_state_total{origin="sip_header",state="answered"} 1.0',
+        'callshield_call_state_total{origin="api",state="answered"} 1.0',
+        'callshield_call_state_rejected_total{origin="sip_header",reason="after_answer"} 1.0',
+    ):
+        assert line in text, line
+
+
+def test_taken_counts_only_a_change_of_state_or_origin() -> None:
+    assert taken(Verdict("answered"), "sip_header", None) == Verdict("answered")
+    assert taken(Verdict("answered"), "sip_header", ("early", "sip_header")).state == "answered"
+    assert taken(Verdict("answered"), "api", ("answered", "sip_header")).state == "answered"
+    assert taken(Verdict("answered"), "sip_header", ("answered", "sip_header")) == Verdict()
+    refused = Verdict(reason="after_answer")
+    assert taken(refused, "sip_header", ("answered", "sip_header")) == refused

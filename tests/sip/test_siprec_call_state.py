@@ -53,7 +53,8 @@ def _update(state: str) -> str:
 def test_metadata_cannot_take_an_answered_call_back_to_early() -> None:
     """Answered is one-way, as for every other origin: a later update saying early is
     refused (``after_answer``, origin ``siprec_metadata``), counted and ignored; the call,
-    its legs and the stored metadata stay answered."""
+    its legs and the stored metadata stay answered. ``ringing`` after ``early`` restates
+    the same refusal (both read as early), so it is counted once."""
     h = harness()
     body = siprec_body().replace(
         "</recording>",
@@ -87,12 +88,71 @@ def test_metadata_cannot_take_an_answered_call_back_to_early() -> None:
     assert said == {
         ("said", "siprec_metadata", "early"): 1,
         ("said", "siprec_metadata", "answered"): 1,
-        ("rejected", "siprec_metadata", "after_answer"): 2,
+        ("rejected", "siprec_metadata", "after_answer"): 1,
     }
     registry = CollectorRegistry()
     registry.register(call_state_collector(h.controller.call_states.snapshot))
     text = generate_latest(registry).decode()
     line = (
-        'callshield_call_state_rejected_total{origin="siprec_metadata",reason="after_answer"} 2.0'
+        'callshield_call_state_rejected_total{origin="siprec_metadata",reason="after_answer"} 1.0'
     )
     assert line in text
+
+
+def test_session_refreshes_resending_the_metadata_count_once() -> None:
+    """A SIPREC SRC re-sends its SDP and metadata on every RFC 4028 session refresh
+    (re-INVITE): the call state it restates counts once, the real change (an update
+    saying connected) counts, and a stale early restated after the answer is refused
+    once per call; /metrics does not grow with call duration."""
+    h = harness()
+
+    def said(state: str) -> str:
+        return siprec_body().replace(
+            "</recording>",
+            f"<extensiondata><callstate>{state}</callstate></extensiondata>\n</recording>",
+        )
+
+    extra = "Require: siprec\nSession-Expires: 1800;refresher=uac\nSupported: timer\n"
+    _, ok = h.send(invite(body=said("alerting"), content_type=SIPREC_CONTENT_TYPE, extra=extra))
+    assert ok.status == 200
+    tag = NameAddr.parse(ok.headers.get("To") or "").tag or ""
+    h.send(in_dialog("ACK", tag, cseq=1, branch="z9hG4bKack"), now=0.1)
+    (call,) = h.controller.calls.values()
+    legs = dict(h.media.legs)
+
+    def refresh(cseq: int, body: str, method: str = "INVITE") -> None:
+        kind = SIPREC_CONTENT_TYPE if method == "INVITE" else "application/rs-metadata+xml"
+        req = in_dialog(
+            method, tag, cseq=cseq, branch=f"z9hG4bKr{cseq}", body=body, content_type=kind
+        )
+        (resp,) = h.send(req, now=cseq * 60.0)
+        assert resp.status == 200
+        if method == "INVITE":
+            h.send(
+                in_dialog("ACK", tag, cseq=cseq, branch=f"z9hG4bKra{cseq}"), now=cseq * 60.0 + 0.1
+            )
+
+    for cseq in (2, 3, 4):
+        refresh(cseq, said("alerting"))
+    assert call.early_media is True
+    refresh(5, _update("connected"), "UPDATE")  # the real change
+    assert call.early_media is False
+    for cseq in (6, 7, 8):
+        refresh(cseq, said("connected"))
+    for cseq in (9, 10, 11):  # a stale SRC re-sending its first metadata
+        refresh(cseq, said("alerting"))
+    assert call.early_media is False and h.media.legs == legs
+    assert h.controller.call_states.snapshot() == {
+        ("said", "siprec_metadata", "early"): 1,
+        ("said", "siprec_metadata", "answered"): 1,
+        ("rejected", "siprec_metadata", "after_answer"): 1,
+    }
+    registry = CollectorRegistry()
+    registry.register(call_state_collector(h.controller.call_states.snapshot))
+    text = generate_latest(registry).decode()
+    for line in (
+        'callshield_call_state_total{origin="siprec_metadata",state="early"} 1.0',
+        'callshield_call_state_total{origin="siprec_metadata",state="answered"} 1.0',
+        'callshield_call_state_rejected_total{origin="siprec_metadata",reason="after_answer"} 1.0',
+    ):
+        assert line in text, line
