@@ -1,7 +1,8 @@
 """`callshield bench alert-latency --tiny --json`: a real bridge (tiny fixture models)
 and its own redis-server; every marked utterance raised an alert whose Redis time follows
-the marker's onset, under load and in the single-call baseline, each one measured from
-the utterance's last packet with its stages, and every policy change reached the bridge."""
+the marker's onset, under load (calls started staggered, the default) and in the
+single-call baseline, each one measured from the utterance's last packet with its
+stages, and every policy change reached the bridge."""
 
 from __future__ import annotations
 
@@ -33,4 +34,10 @@ def test_bench_alert_latency_tiny_json() -> None:
         total = sum(s["mean"] for s in stages.values())
         assert abs(total - end["latency"]["mean"]) < 1.0
     assert result["policy_reload_reach"]["n"] == 5
+    # by default the load round's calls start spread over one voice-model hop
+    arrivals = result["setup"]["arrivals"]
+    assert arrivals["mode"] == "staggered" and arrivals["spread_from"].startswith("hop of ")
+    assert 0 < arrivals["spread_s"] <= result["setup"]["lead_s"]
+    assert len(load["first_packet_span_s"]) == 1
+    assert [(r["refused"], r["no_alert"]) for r in load["per_round"]] == [(0, 0)]
     assert set(result["summary"]) >= {"load_p50_ms", "baseline_p50_ms", "ratio_p50"}

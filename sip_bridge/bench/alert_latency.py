@@ -16,6 +16,21 @@ alone (the same-run baseline); before each round the bench waits until the bridg
 admission queue-wait signal is under its limit (``settle_before_rounds_s``). A call
 whose utterance raised no alert is counted, not sampled.
 
+When a load round's calls start (``--arrivals``, ``sip_bridge.bench.arrivals``): each
+call's window grid runs from its own start, so calls started together score in phase and
+every hop all their windows of a model reach its lane at once. ``staggered`` (default)
+spreads the starts uniformly at random (seeded per round: ``--arrival-seed``) over one hop
+of the voice model with the longest hop (or ``--arrival-spread-s``): the steady load of N
+concurrent calls that arrived independently, which issue 5's goal ("alert latency ... at
+that load") is about. ``aligned`` starts them all in one loop: a predictive dialer's
+campaign burst, the worst case for the detector lanes, reported as its own figure. The
+spread is at most ``--lead-s`` (a longer hop is cut to it, a longer ``--arrival-spread-s``
+refused), so every call is up before the first utterance starts and all N are running
+through every utterance. Latency is measured per call from its own
+utterance end and each utterance keeps its onset in its own call (its phase on its own
+grid), so the arrivals change the load, not the measurement; the baseline rounds are one
+call alone either way.
+
 Two latencies per call (the alert's first revision):
 - ``from_utterance_end`` (issue 5's goal): the wall-clock time the alert object was
   handed to the publisher minus the send time of the utterance's last marked RTP packet
@@ -54,12 +69,20 @@ from detectors.bus.policy import PolicyBody
 from detectors.bus.policy_store import PolicyStore
 from detectors.bus.redis_server import RedisServer, free_port
 from detectors.bus.settings import BusSettings
-from detectors.contract import WindowResult
+from detectors.contract import VOICE_DIMENSIONS, WindowResult
 from detectors.eval.audio import read_audio, resample, to_int16
 from detectors.fusion import AlertPublisher
 from detectors.model_store import ModelSettings, ModelStore
 from detectors.runtime import DetectorRuntime, DrainingStage, GatingStage, ResultStage
 from sip_bridge.bench.api_calls import ApiCall, BridgeHost, bridge_settings, utterance
+from sip_bridge.bench.arrivals import (
+    Arrivals,
+    Spread,
+    hop_spread,
+    round_seed,
+    start_offsets,
+    window_cost_s,
+)
 from sip_bridge.bench.report import summarize
 from sip_bridge.demo import find_speech, leg_audio
 from sip_bridge.wiring import Wiring
@@ -88,6 +111,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spoof-dir", type=Path, help="with --models-dir: synthetic speech WAVs (any rate)"
     )
+    parser.add_argument(
+        "--arrivals",
+        choices=[a.value for a in Arrivals],
+        default=Arrivals.STAGGERED.value,
+        help="load-round call starts: staggered over one hop (independent arrivals, "
+        "default) or aligned in one tick (a dialer burst)",
+    )
+    parser.add_argument(
+        "--arrival-spread-s",
+        type=float,
+        help="staggered: spread starts over this many seconds (default: the longest voice "
+        "model hop; at most --lead-s)",
+    )
+    parser.add_argument("--arrival-seed", type=int, default=0, help="staggered: the draw's seed")
 
 
 _SV = Dimension.SYNTHETIC_VOICE
@@ -152,12 +189,23 @@ class _Stamps:
 
 
 def _round(
-    host: BridgeHost, audio: list[npt.NDArray[np.int16]], onsets: list[float], length_s: float
+    host: BridgeHost,
+    audio: list[npt.NDArray[np.int16]],
+    onsets: list[float],
+    length_s: float,
+    starts: list[float] | None = None,
 ) -> list[ApiCall]:
+    """One round: the calls started ``starts`` seconds after the round's start (all at
+    once when None), in time order; returns when every call has ended."""
     calls = [
         ApiCall(host.api_url, TOKEN, a, o, o + length_s) for a, o in zip(audio, onsets, strict=True)
     ]
-    for c in calls:
+    offsets = starts if starts is not None else [0.0] * len(calls)
+    t0 = time.monotonic()
+    for offset, c in sorted(zip(offsets, calls, strict=True), key=lambda p: p[0]):
+        delay = t0 + offset - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
         c.start()
     for c in calls:
         c.wait()
@@ -229,6 +277,40 @@ def _settle(wiring: Wiring) -> float:
     while adm.queue_wait() > adm.config.queue_wait_limit_s and time.monotonic() < end:
         time.sleep(0.1)
     return time.monotonic() - t0
+
+
+def _spread(wiring: Wiring, given_s: float | None, lead_s: float) -> Spread:
+    """What staggered starts are spread over (timing the voice models unless given)."""
+    costs = []
+    if given_s is None:
+        voice = [d for d in wiring.detectors if d.spec.dimension in VOICE_DIMENSIONS]
+        costs = [(d.spec, window_cost_s(d)) for d in voice]
+    try:
+        spread = hop_spread(costs, given_s)
+    except ValueError as exc:
+        raise SystemExit(f"--arrivals: {exc}") from exc
+    if spread.seconds > lead_s:  # a given spread was checked against the lead already
+        spread = Spread(lead_s, f"{spread.source}, {spread.seconds} s, cut to --lead-s")
+    return spread
+
+
+def _round_summary(stamps: _Stamps, calls: list[ApiCall]) -> dict[str, Any]:
+    """One load round's refusals, misses and latency from utterance end (ms)."""
+    end = _from_end(stamps, calls)
+    lat = end["latency"]
+    return {
+        "refused": sum(c.refused for c in calls),
+        "no_alert": end["no_alert"],
+        "p50_ms": lat.get("p50"),
+        "p99_ms": lat.get("p99"),
+        "inference_p50_ms": end["stages"]["inference"].get("p50"),
+    }
+
+
+def _start_span(calls: list[ApiCall]) -> float | None:
+    """Seconds between the first and the last first RTP packet of a round's calls."""
+    started = [c.started_wall for c in calls if not c.refused and c.started_wall]
+    return round(max(started) - min(started), 3) if started else None
 
 
 def _reasons(calls: list[ApiCall]) -> dict[str, int]:
@@ -331,6 +413,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         calls_n, rounds, changes, lead_s, tail_s = 2, 1, 5, 1.0, min(tail_s, 2.5)
     logging.getLogger("sip_bridge").setLevel(logging.WARNING)
     logging.getLogger("detectors").setLevel(logging.WARNING)
+    arrivals = Arrivals(args.arrivals)
+    if args.arrival_spread_s is not None and args.arrival_spread_s > lead_s:
+        raise SystemExit(
+            f"--arrival-spread-s {args.arrival_spread_s} exceeds --lead-s {lead_s}: the "
+            "first utterances would start before the last calls are up"
+        )
     files = find_speech(args.speech_dir)
     seconds = lead_s + 1.0 + utt_s + tail_s
     with tempfile.TemporaryDirectory(prefix="cs-bench-alert-") as tmp:
@@ -369,7 +457,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             keys = Keys(PREFIX)
             base_calls: list[ApiCall] = []
             load_calls: list[ApiCall] = []
+            start_spans: list[float | None] = []
             try:
+                spread = _spread(wiring, args.arrival_spread_s, lead_s)
                 settle: list[float] = []
                 for r in range(rounds):
                     base_onset = lead_s + (r % 10) / 10.0
@@ -381,8 +471,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         suspicious(leg_audio(files, r * calls_n + i, seconds), i, onsets[i])
                         for i in range(calls_n)
                     ]
+                    starts = start_offsets(
+                        calls_n, arrivals, spread.seconds, round_seed(args.arrival_seed, r)
+                    )
                     settle.append(_settle(wiring))
-                    load_calls += _round(host, load_audio, onsets, utt_s)
+                    this_round = _round(host, load_audio, onsets, utt_s, starts)
+                    start_spans.append(_start_span(this_round))
+                    load_calls += this_round
                 admission = wiring.runtime.admission.snapshot()  # after the last round
                 reach = _policy_reach(server.url, keys, wiring, changes)
                 time.sleep(0.5)  # the publisher flushes
@@ -410,6 +505,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "lead_s": lead_s,
             "utterance_s": utt_s,
             "tail_s": tail_s,
+            "arrivals": {
+                "mode": arrivals.value,
+                "spread_s": spread.seconds if arrivals is Arrivals.STAGGERED else 0.0,
+                "spread_from": spread.source if arrivals is Arrivals.STAGGERED else "one tick",
+                "seed": args.arrival_seed if arrivals is Arrivals.STAGGERED else None,
+            },
             "measured": "from_utterance_end: alert handed to the publisher - send time of "
             "the utterance's last marked RTP packet; from_onset: Redis stream time of the "
             "alert's first revision - send time of its first marked packet",
@@ -421,6 +522,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "refused": sum(c.refused for c in load_calls),  # 503: no detector capacity
             "refused_reasons": _reasons(load_calls),
             "no_alert": load_missed,
+            "first_packet_span_s": start_spans,  # per round: first to last call's start
+            "per_round": [
+                _round_summary(stamps, load_calls[i : i + calls_n])
+                for i in range(0, len(load_calls), max(1, calls_n))
+            ],
         },
         "baseline_single_call": {
             "from_utterance_end": base_end,

@@ -191,7 +191,8 @@ def _alert_latency(d: Doc) -> Row:
         ratio=_x(p50, s.get("baseline_p50_ms")) + " p50",
         goal_met=None if p50 is None or p99 is None else bool(p50 <= 250 and p99 <= 500),
         note=f"{d['load']['no_alert']} of {d['load']['calls']} calls no alert, "
-        f"{d['load']['refused']} refused",
+        f"{d['load']['refused']} refused, arrivals "
+        f"{d['setup'].get('arrivals', {}).get('mode', 'aligned')}",
     )
 
 
