@@ -75,7 +75,8 @@ STAGE2 = {  # --stage2: the measured (and rejected) continuation
 # load 6-11, the raw-waveform network costing ~10x the CNN per window); more was not
 # measured in time (docs/models/synthetic_voice.md, "AASIST at 8 kHz").
 AASIST_TRAIN = TrainConfig(windows=1_600, epochs=1, batch=16, lr=2e-3, arch="aasist")
-# --arch cnn-phase: the CNN's budget and schedule, only the input differs (model.py, phase.py)
+# --arch cnn-phase: the CNN's budget and schedule, only the input differs (model.py, phase.py);
+# opt-in: dev worse than the CNN at seeds 0 and 1, Griffin-Lim worse on test (the model card)
 TRAIN_BY_ARCH = {"cnn": TrainConfig(), "aasist": AASIST_TRAIN, "cnn-phase": TrainConfig()}
 QUICK_SYSTEMS = ("espeak_en-us", "espeak_en-us-f3", "espeak_en-us-m7", "griffinlim_gl32")
 
