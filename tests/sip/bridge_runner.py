@@ -101,7 +101,7 @@ _issued_lock = threading.Lock()
 _issued: set[int] = set()
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -123,7 +123,7 @@ def free_udp_port() -> int:
                 port = int(s.getsockname()[1])
             if port % 2 or port >= 65000 or any(p in _issued for p in range(port, port + 4)):
                 continue
-            if all(_bindable(p) for p in range(port + 1, port + 4)):
+            if all(bindable(p) for p in range(port + 1, port + 4)):
                 _issued.update(range(port, port + 4))
                 return port
 

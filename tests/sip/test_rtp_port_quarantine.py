@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+from bridge_runner import bindable
 
 from native.ingest import Ingest
 from native.jitter import PayloadType
@@ -19,18 +20,9 @@ def _two_free_even_ports() -> tuple[int, int]:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.bind(("127.0.0.1", 0))
             low = s.getsockname()[1] & ~1
-        if low + 2 < 65536 and all(_bindable(p) for p in (low, low + 2)):
+        if low + 2 < 65536 and all(bindable(p) for p in (low, low + 2)):
             return low, low + 2
     raise RuntimeError("no two free even UDP ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def test_a_closed_legs_port_is_not_rebound_during_its_quarantine() -> None:
@@ -41,7 +33,7 @@ def test_a_closed_legs_port_is_not_rebound_during_its_quarantine() -> None:
     media.close_leg("a")
     second = media.open_leg("b", pcmu, None)
     assert second != first  # the free port, not the quarantined one
-    assert _bindable(first)  # the closed leg's socket is gone: nothing receives there
+    assert bindable(first)  # the closed leg's socket is gone: nothing receives there
     with pytest.raises(CapacityError):  # the only other port is quarantined
         media.open_leg("c", pcmu, None)
     media.close_leg("b")
