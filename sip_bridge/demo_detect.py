@@ -134,7 +134,7 @@ def run_calls(
         workers=lanes.workers,
         max_legs=max(2, len(calls)),
         ring_s=2 * longest + 2,
-        lanes=lanes.lane(LaneConfig(deadline_s=deadline_s)),
+        lanes=lanes.lane(LaneConfig(max_batch=lanes.max_batch, deadline_s=deadline_s)),
     )
     runtime = DetectorRuntime(detectors, capture, config=config)
     runtime.start()  # pre-warm every batch shape

@@ -22,12 +22,16 @@ class DetectorConcurrency:
     workers: int  # the detector thread pool every lane shares
     max_inflight: int  # batches of one model at once
     intra_op_threads: int  # ONNX Runtime threads per batch
+    max_batch: int = 8  # windows per batch
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DetectorConcurrency:
         workers = settings.detector_workers
         return cls(
-            workers, settings.detector_max_inflight or workers, settings.detector_intra_op_threads
+            workers,
+            settings.detector_max_inflight or workers,
+            settings.detector_intra_op_threads,
+            settings.detector_max_batch,
         )
 
     def override(
@@ -42,18 +46,21 @@ class DetectorConcurrency:
         inflight = max_inflight or (w if workers else min(self.max_inflight, w))
         if inflight > w:
             raise ValueError(f"max_inflight {inflight} exceeds workers {w}")
-        return DetectorConcurrency(w, inflight, intra_op_threads or self.intra_op_threads)
+        return DetectorConcurrency(
+            w, inflight, intra_op_threads or self.intra_op_threads, self.max_batch
+        )
 
     def lane(self, base: LaneConfig | None = None) -> LaneConfig:
-        """``base`` (batch size, wait, deadline; default the bridge's) with this
-        concurrency."""
-        return replace(base or LaneConfig(), max_inflight=self.max_inflight)
+        """``base`` (batch size, wait, deadline; default the bridge's, with its
+        ``detector_max_batch``) with this concurrency."""
+        return replace(base or LaneConfig(max_batch=self.max_batch), max_inflight=self.max_inflight)
 
     def as_dict(self) -> dict[str, int]:
         return {
             "workers": self.workers,
             "max_inflight": self.max_inflight,
             "intra_op_threads": self.intra_op_threads,
+            "max_batch": self.max_batch,
         }
 
 

@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     # detector_intra_op_threads (sip_bridge.detector_lanes; each lane logged at start)
     detector_max_inflight: int | None = Field(default=None, ge=1)
     detector_intra_op_threads: int = Field(default=1, ge=1)  # ONNX Runtime threads per batch
+    # windows of one model per batch (micro-batching across calls). A window waits for its
+    # whole batch, so on CPU, where batching buys little throughput (`bench capacity`
+    # prints the ratio), a smaller batch trades nothing for a shorter wait
+    detector_max_batch: int = Field(default=8, ge=1, le=256)
     max_analysed_calls: int = Field(default=200, ge=0)
     dev_fixture_models: Literal["", "tiny", "full"] = ""
     # audio provenance (DESIGN §2): the replay fingerprinter beside the installed models,

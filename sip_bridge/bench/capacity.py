@@ -74,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hop", type=float, help="synthetic-voice hop, s (fixtures: 2; installed: manifest's)"
     )
-    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument(
+        "--max-batch", type=int, help="windows per batch (default: the bridge's detector_max_batch)"
+    )
     parser.add_argument("--max-wait-ms", type=float, default=50.0)
     parser.add_argument(
         "--workers", type=int, help="detector threads (default: the bridge's, from settings)"
@@ -269,6 +271,7 @@ def _throughput_ratio(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     files = find_speech(args.speech_dir)
     conc = concurrency(args)
+    args.max_batch = args.max_batch or conc.max_batch
     args.workers, args.max_inflight, args.threads = (
         conc.workers,
         conc.max_inflight,
