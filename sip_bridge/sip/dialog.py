@@ -102,6 +102,9 @@ def make_response(
     return SipResponse(status, REASONS.get(status, "Unknown"), h, body)
 
 
+MAX_PENDING = 16  # early-dialog INFO/UPDATEs held for the delayed answer, per dialog
+
+
 @dataclass(slots=True)
 class ReliableProvisional:
     """A reliable provisional response (RFC 3262): retransmitted from T1, doubling,
@@ -156,7 +159,7 @@ class Dialog:
     late_offer: str = ""  # "initial"/"reinvite": our 2xx has the offer, the ACK the answer
     reliable: ReliableProvisional | None = None  # RFC 3262: a 1xx awaiting its PRACK
     # what INFO/UPDATE said in the early dialog (call state, leg roles), applied in order
-    # once the delayed answer starts the call
+    # once the delayed answer starts the call; at most MAX_PENDING (more: 500 + Retry-After)
     pending: list[tuple[StateHint | None, RoleStatement | None]] = field(default_factory=list)
 
     @property

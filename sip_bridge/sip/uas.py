@@ -44,6 +44,7 @@ from sip_bridge.sip.body import RequestBody, read_body
 from sip_bridge.sip.dialog import (
     ACCEPT,
     ALLOW,
+    MAX_PENDING,
     SUPPORTED,
     ClientTransactions,
     Dialog,
@@ -435,6 +436,8 @@ class SipUas:
         if body.sdp is not None:
             self.stats["early_update_offer_refused"] += 1
             return self._reply(tx, 500, now, extra=[("Retry-After", _retry_after())])
+        if len(dialog.pending) >= MAX_PENDING:
+            return self._pending_full(tx, now)
         said = replace(self._leg_roles(req, dialog.offer, dialog.streams), labels=())
         dialog.pending.append((self._call_state(req), said))
         self.stats["early_update"] += 1
@@ -530,8 +533,17 @@ class SipUas:
         if hint is not None and dialog.call_id:
             self.controller.set_call_state(dialog.call_id, hint)
         elif hint is not None:  # an early dialog (answer_delay): applied once answered
+            if len(dialog.pending) >= MAX_PENDING:
+                return [self._pending_full(tx, now)]
             dialog.pending.append((hint, None))
         return [self._reply(tx, 200, now)]
+
+    def _pending_full(self, tx: ServerTransaction, now: float) -> Outgoing:
+        """An early dialog already holds MAX_PENDING INFO/UPDATEs for the delayed answer:
+        a peer sending more before the answer gets 500 + Retry-After (the request is not
+        taken; it may retry once the call is answered), so a dialog's memory is bounded."""
+        self.stats["early_pending_full"] += 1
+        return self._reply(tx, 500, now, extra=[("Retry-After", _retry_after())])
 
     def _on_prack(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
         """RFC 3262 §3: a PRACK whose RAck names our pending reliable provisional stops

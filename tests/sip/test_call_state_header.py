@@ -10,6 +10,7 @@ from sip_fakes import harness, invite, responses
 from sip_wire import SDP_OFFER
 
 from sip_bridge.call_state import StateHint, Verdict, call_state_collector, read_state, taken
+from sip_bridge.sip.dialog import MAX_PENDING
 from sip_bridge.sip.fields import NameAddr
 from sip_bridge.sip.sdp import SessionDescription
 
@@ -276,3 +277,26 @@ def test_taken_counts_only_a_change_of_state_or_origin() -> None:
     assert taken(Verdict("answered"), "sip_header", ("answered", "sip_header")) == Verdict()
     refused = Verdict(reason="after_answer")
     assert taken(refused, "sip_header", ("answered", "sip_header")) == refused
+
+
+def test_early_dialog_holds_a_bounded_number_of_requests() -> None:
+    """A peer that keeps sending INFO/UPDATE before the delayed answer cannot grow the
+    dialog without bound: past MAX_PENDING held requests the next gets 500 +
+    Retry-After and is not taken; the held ones still apply at the answer."""
+    h = harness(answer_delay=2.0)
+    _, ringing = h.send(invite(extra=EARLY))
+    tag = NameAddr.parse(ringing.headers.get("To") or "").tag
+    for k in range(MAX_PENDING):
+        method = "UPDATE" if k % 2 else "INFO"
+        (ok,) = _in_dialog(h, method, tag, 2 + k, EARLY, now=0.1 + k * 0.01)
+        assert ok.status == 200, (k, ok.status)
+    (full,) = _in_dialog(h, "UPDATE", tag, 2 + MAX_PENDING, ANSWERED, now=0.5)
+    assert full.status == 500
+    _retry_after(full)
+    (info,) = _in_dialog(h, "INFO", tag, 3 + MAX_PENDING, ANSWERED, now=0.6)
+    assert info.status == 500
+    (final,) = responses(h.uas.poll(2.5))
+    assert final.status == 200
+    (call,) = h.controller.calls.values()
+    assert call.early_media is True  # the refused "answered" was not taken
+    assert h.uas.stats["early_pending_full"] == 2
