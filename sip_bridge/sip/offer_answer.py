@@ -52,6 +52,7 @@ class NegotiatedStream:
     ptime: int | None = None
     crypto: CryptoLine | None = field(default=None, repr=False)  # SDES: what we receive with
     reject_reason: str = ""
+    ssrc: int = 0  # the offer's first a=ssrc (0: none): a shared RTP port keys on it
 
     @property
     def srtp(self) -> SrtpKey | None:
@@ -126,7 +127,18 @@ def _negotiate_one(
         m.label,
         m.ptime,
         crypto,
+        ssrc=_first_ssrc(m),
     )
+
+
+def _first_ssrc(m: MediaDescription) -> int:
+    """The first a=ssrc:<id> of the m= section, 0 when none is valid."""
+    for name, value in m.attributes:
+        if name == "ssrc" and value:
+            head = value.split(" ", 1)[0]
+            if head.isdigit() and 0 < int(head) < 1 << 32:
+                return int(head)
+    return 0
 
 
 def build_answer(
