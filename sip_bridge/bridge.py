@@ -84,6 +84,7 @@ class Bridge:
             self.sink,
             host=s.rtp_host or host,
             max_delay_ms=s.jitter_max_delay_ms,
+            shared_port=s.rtp_shared_port,
         )
         self.tenants = TenantResolver(s.tenant_rules)
         self.controller = CallController(self.media, self.publisher, analysis, self.tenants)
@@ -122,13 +123,18 @@ class Bridge:
         if self.wiring is not None:  # adapters', ingest's and SIP's counters on /metrics
             registry = self.wiring.detector_metrics.registry
             registry.register(AdapterCollector(self.adapter_stats))
-            registry.register(IngestCollector(self.ingest.counters))
+            registry.register(IngestCollector(self.ingest_counters))
             registry.register(SipCollector(self.uas.stats))
             registry.register(TenantCollector(self.tenants.snapshot))
             registry.register(call_state_collector(self.controller.call_states.snapshot))
             registry.register(leg_role_collector(self.controller.leg_roles.snapshot))
         self.ready = asyncio.Event()
         self.stop_requested = asyncio.Event()
+
+    def ingest_counters(self) -> dict[str, Any]:
+        """The receiver's counters (``unmatched``: datagrams on the shared RTP port from
+        no leg's source) and the shared-port mode's own."""
+        return {**self.ingest.counters(), **self.media.counters()}
 
     def adapter_stats(self) -> list[tuple[str, dict[str, Any]]]:
         """(adapter, counters) of every ingress adapter this bridge runs."""

@@ -71,6 +71,9 @@ class MediaBackend(Protocol):
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
         srtp: SrtpKey | None = None,
+        *,
+        remote: tuple[str, int] | None = None,
+        ssrc: int = 0,
     ) -> int: ...
 
     def set_srtp(self, leg_id: str, srtp: SrtpKey | None) -> bool:
@@ -82,6 +85,9 @@ class MediaBackend(Protocol):
         leg_id: str,
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
+        *,
+        remote: tuple[str, int] | None = None,
+        ssrc: int = 0,
     ) -> None: ...
 
     def set_paused(self, leg_id: str, paused: bool) -> None: ...
@@ -108,6 +114,7 @@ class Leg:
     paused: bool = False
     participant: str = ""  # the sending participant's id (SIPREC metadata)
     payload_types: tuple[PayloadType, ...] = ()  # what its media backend decodes
+    ssrc: int = 0  # the offer's a=ssrc (0: none)
 
 
 @dataclass(slots=True)
@@ -472,19 +479,19 @@ class CallController:
             source = (s.remote_host, 0) if s.remote_host else None
             if leg is None:
                 leg_id = f"{call.call_id}.{s.index}"
-                port = self.media.open_leg(leg_id, pts, source, s.srtp)
+                port = self.media.open_leg(leg_id, pts, source, s.srtp, remote=remote, ssrc=s.ssrc)
                 leg = Leg(
                     leg_id, s.index, s.label, LegRole.UNKNOWN, "m_line_guess", s.codec, port, remote
                 )
                 call.legs[leg_id] = leg
-                leg.payload_types = tuple(pts)
+                leg.payload_types, leg.ssrc = tuple(pts), s.ssrc
                 if not s.peer_sends:
                     self.media.set_paused(leg_id, True)
                     leg.paused = True
             else:
-                if remote != leg.remote or tuple(pts) != leg.payload_types:
-                    self.media.update_leg(leg.leg_id, pts, source)
-                leg.remote, leg.codec, leg.label = remote, s.codec, s.label
+                if remote != leg.remote or tuple(pts) != leg.payload_types or s.ssrc != leg.ssrc:
+                    self.media.update_leg(leg.leg_id, pts, source, remote=remote, ssrc=s.ssrc)
+                leg.remote, leg.codec, leg.label, leg.ssrc = remote, s.codec, s.label, s.ssrc
                 if self.media.set_srtp(leg.leg_id, s.srtp):
                     log.info("leg %s re-keyed (SRTP)", leg.leg_id)
                 leg.payload_types = tuple(pts)
@@ -592,7 +599,9 @@ class CallController:
         """Same port, same codecs: relearn the source with probation (the old source
         stays accepted until a new one passed it)."""
         source = (leg.remote[0], 0) if leg.remote else None
-        self.media.update_leg(leg.leg_id, leg.payload_types, source)
+        self.media.update_leg(
+            leg.leg_id, leg.payload_types, source, remote=leg.remote, ssrc=leg.ssrc
+        )
         log.info("leg %s: new sending participant, source lock re-armed", leg.leg_id)
 
     def _emit(self, call: Call, event: EventName, reason: str) -> None:

@@ -11,6 +11,15 @@ A leg keyed by SDES (RTP/SAVP) carries the remote's SRTP key: its ingest stream 
 authenticates and decrypts in C before parsing; the key survives a stream re-created for
 a new payload-type table, and a new key (re-INVITE) re-keys the stream.
 
+With a shared RTP port (``shared_port``) every SIP leg receives on one UDP socket and the
+C demultiplexer (native/src/ingest.h) tells legs apart by the source address:port their
+offer advertises (symmetric RTP, RFC 4961) and the offer's a=ssrc. A leg whose key cannot
+be added (another leg already holds that source and SSRC, or the offer gives neither a
+port nor an SSRC) falls back to a port of its own from the range (counted,
+``shared_fallbacks``). Shared legs take no port from the range, so the quarantine does not
+apply to them: a late datagram from a freed leg's source is unmatched (counted, dropped)
+unless a new leg is keyed on that same source, which is then the same peer.
+
 Legs of transports without a UDP socket of ours (WebRTC, media WebSockets, AudioSocket)
 are *pushed* legs: the adapter pushes into the same kind of ingest stream, outside the
 table lock (the C stream mutex orders it against the pull).
@@ -18,6 +27,7 @@ table lock (the C stream mutex orders it against the pull).
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import threading
@@ -144,6 +154,9 @@ class _Leg:
     created_ns: int
     pushed: PushedLeg | None = None
     srtp: SrtpKey | None = None
+    shared: bool = False  # on the shared port (keyed by remote and ssrc), sock None
+    remote: tuple[str, int] | None = None
+    ssrc: int = 0
 
 
 class MediaEngine:
@@ -157,7 +170,9 @@ class MediaEngine:
         *,
         host: str = "127.0.0.1",
         max_delay_ms: int = 300,
+        shared_port: int = 0,
     ) -> None:
+        """``shared_port`` > 0: SIP legs receive on that one port (see the module doc)."""
         self._ingest = ingest
         self._ports = ports
         self._sink = sink
@@ -170,6 +185,40 @@ class MediaEngine:
         self._thread: threading.Thread | None = None
         self.ticks = 0
         self.late_ticks = 0
+        self.shared_fallbacks = 0  # legs that wanted the shared port and got their own
+        self.shared_rekey_refused = 0  # re-INVITEs whose new key another leg held
+        self._shared_sock: socket.socket | None = None
+        self._shared_id: int | None = None
+        if shared_port:
+            sock = _udp_socket(host)
+            try:
+                sock.bind((host, shared_port))
+                self._shared_id = ingest.add_socket(sock)
+            except Exception:
+                sock.close()
+                raise
+            self._shared_sock = sock
+
+    @property
+    def shared_port(self) -> int:
+        """The shared RTP port (0: every leg has its own)."""
+        return self._shared_sock.getsockname()[1] if self._shared_sock is not None else 0
+
+    def counters(self) -> dict[str, int]:
+        """The shared-port mode's own counters (empty when it is off), for /metrics."""
+        if self._shared_id is None:
+            return {}
+        return {
+            "shared_fallbacks": self.shared_fallbacks,
+            "shared_rekey_refused": self.shared_rekey_refused,
+        }
+
+    def shared_counters(self) -> dict[str, object] | None:
+        """The shared socket's counters (datagrams, unmatched, ...), None when off."""
+        if self._shared_id is None:
+            return None
+        with self._lock:
+            return self._ingest.socket_counters(self._shared_id)
 
     # ---- legs ------------------------------------------------------------------------
 
@@ -179,15 +228,25 @@ class MediaEngine:
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
         srtp: SrtpKey | None = None,
+        *,
+        remote: tuple[str, int] | None = None,
+        ssrc: int = 0,
     ) -> int:
         """Bind a port from the range and attach an ingest stream (SRTP-keyed when
-        ``srtp`` is given, before any packet can reach it); returns the port."""
+        ``srtp`` is given, before any packet can reach it); returns the port.
+
+        With a shared port the leg is keyed instead by ``remote`` (the offer's c= address
+        and m= port) and ``ssrc`` (its a=ssrc, 0 = none) and the shared port returned;
+        if that key cannot be added the leg falls back to a port of its own."""
+        pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
+        if self._shared_id is not None:
+            port = self._open_shared(leg_id, pts, remote, ssrc, srtp)
+            if port:
+                return port
         now = time.monotonic()
         for _ in range(8):
             port = self._ports.take(now)
-            sock = socket.socket(
-                socket.AF_INET6 if ":" in self._host else socket.AF_INET, socket.SOCK_DGRAM
-            )
+            sock = _udp_socket(self._host)
             try:
                 sock.setblocking(False)
                 sock.bind((self._host, port))
@@ -198,7 +257,6 @@ class MediaEngine:
             break
         else:
             raise CapacityError("no bindable RTP port")
-        pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
         try:
             with self._lock:
                 sid = self._add(sock, pts, expected_source, srtp)
@@ -211,6 +269,63 @@ class MediaEngine:
             self._ports.give_back(port, now)
             raise
         return port
+
+    def _open_shared(
+        self,
+        leg_id: str,
+        pts: tuple[PayloadType, ...],
+        remote: tuple[str, int] | None,
+        ssrc: int,
+        srtp: SrtpKey | None,
+    ) -> int:
+        """The leg on the shared port; 0 when its key cannot be added (fallback)."""
+        with self._lock:
+            try:
+                sid = self._add_shared(pts, remote, ssrc, srtp)
+            except (OSError, ValueError) as exc:
+                self.shared_fallbacks += 1
+                log.warning(
+                    "leg %s: no key on the shared RTP port for source %s ssrc %d (%s): "
+                    "it gets a port of its own",
+                    leg_id,
+                    remote,
+                    ssrc,
+                    exc,
+                )
+                return 0
+            leg = _Leg(leg_id, 0, None, sid, pts, time.monotonic_ns(), srtp=srtp, shared=True)
+            leg.remote, leg.ssrc = remote, ssrc
+            self._legs[leg_id] = leg
+            self._by_stream[sid] = leg_id
+        return self.shared_port
+
+    def _add_shared(
+        self,
+        pts: Sequence[PayloadType],
+        remote: tuple[str, int] | None,
+        ssrc: int,
+        srtp: SrtpKey | None,
+    ) -> int:
+        """A stream on the shared socket keyed by remote (with a port) and/or ssrc.
+        IngestError(EEXIST) when another leg holds the key, (EINVAL) when neither."""
+        assert self._shared_id is not None
+        source = remote if remote is not None and remote[1] else None
+        if source is None and not ssrc:
+            raise IngestError(errno.EINVAL, "neither a source port nor an a=ssrc to key on")
+        sid = self._ingest.add_stream_shared(
+            self._shared_id,
+            expected_source=source,
+            ssrc=ssrc,
+            payload_types=pts,
+            max_delay_ms=self._max_delay_ms,
+        )
+        if srtp is not None:
+            try:
+                self._ingest.set_srtp(sid, srtp.suite, srtp.key_salt, srtp.mki)
+            except (OSError, ValueError):
+                self._ingest.remove_stream(sid)
+                raise
+        return sid
 
     def open_pushed_leg(
         self, leg_id: str, payload_types: Sequence[PayloadType], out_rate: int = 8000
@@ -255,14 +370,24 @@ class MediaEngine:
         leg_id: str,
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
+        *,
+        remote: tuple[str, int] | None = None,
+        ssrc: int = 0,
     ) -> None:
         """Signalling moved or re-coded the media: same port, relearn the source
-        (a new payload-type table restarts the stream on the same socket)."""
+        (a new payload-type table restarts the stream on the same socket). A shared-port
+        leg is re-keyed by ``remote`` and ``ssrc``; when the new key is held by another leg
+        the leg keeps its old key (logged, counted in ``shared_rekey_refused``): its new
+        media is then unmatched on the shared socket and its coverage reports no media."""
         pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
         with self._lock:
             leg = self._legs[leg_id]
-            if leg.sock is None:
+            if leg.pushed is not None:
                 raise ValueError(f"{leg_id} is a pushed leg: its adapter owns its media")
+            if leg.shared:
+                self._update_shared(leg, pts, remote, ssrc)
+                return
+            assert leg.sock is not None
             if pts != leg.payload_types:
                 self._ingest.remove_stream(leg.stream_id)
                 del self._by_stream[leg.stream_id]
@@ -274,13 +399,60 @@ class MediaEngine:
                 self._ingest.expect_source(leg.stream_id, *expected_source)
             self._ingest.rearm(leg.stream_id, time.monotonic_ns())
 
+    def _update_shared(
+        self,
+        leg: _Leg,
+        pts: tuple[PayloadType, ...],
+        remote: tuple[str, int] | None,
+        ssrc: int,
+    ) -> None:
+        """Re-key a shared leg (lock held): a new table or SSRC re-creates its stream (the
+        old one restored if the new key is taken), a new address alone re-keys in C."""
+        portless = remote is None or not remote[1]
+        if pts != leg.payload_types or ssrc != leg.ssrc or (portless and remote != leg.remote):
+            self._ingest.remove_stream(leg.stream_id)
+            del self._by_stream[leg.stream_id]
+            try:
+                sid = self._add_shared(pts, remote, ssrc, leg.srtp)
+                leg.payload_types, leg.remote, leg.ssrc = pts, remote, ssrc
+            except (OSError, ValueError) as exc:
+                sid = self._add_shared(leg.payload_types, leg.remote, leg.ssrc, leg.srtp)
+                self._refused_rekey(leg, remote, ssrc, exc)
+            leg.stream_id = sid
+            self._by_stream[sid] = leg.leg_id
+            return
+        if remote != leg.remote:
+            assert remote is not None
+            try:
+                self._ingest.expect_source(leg.stream_id, *remote)
+            except (OSError, ValueError) as exc:
+                self._refused_rekey(leg, remote, ssrc, exc)
+            else:
+                leg.remote = remote
+        self._ingest.rearm(leg.stream_id, time.monotonic_ns())
+
+    def _refused_rekey(
+        self, leg: _Leg, remote: tuple[str, int] | None, ssrc: int, exc: Exception
+    ) -> None:
+        self.shared_rekey_refused += 1
+        log.warning(
+            "leg %s: cannot re-key the shared RTP port to source %s ssrc %d (%s): "
+            "it keeps %s ssrc %d",
+            leg.leg_id,
+            remote,
+            ssrc,
+            exc,
+            leg.remote,
+            leg.ssrc,
+        )
+
     def set_srtp(self, leg_id: str, srtp: SrtpKey | None) -> bool:
         """The leg's SRTP key from a new offer: a new key re-keys its stream (index and
         replay window restart), the same key keeps them, None makes it plain RTP.
         Returns True when the stream was re-keyed."""
         with self._lock:
             leg = self._legs[leg_id]
-            if leg.sock is None:
+            if leg.pushed is not None:
                 raise ValueError(f"{leg_id} is a pushed leg: its adapter owns its media")
             if srtp == leg.srtp:
                 return False
@@ -345,6 +517,12 @@ class MediaEngine:
             self._thread.join(timeout=5)
         for leg_id in list(self._legs):
             self.close_leg(leg_id)
+        if self._shared_sock is not None:
+            assert self._shared_id is not None
+            with self._lock:
+                self._ingest.remove_socket(self._shared_id)
+            self._shared_sock.close()
+            self._shared_sock = self._shared_id = None
 
     def _playout(self) -> None:
         """Every 20 ms on the monotonic clock, one batch pull of all legs. A late tick
@@ -370,3 +548,9 @@ class MediaEngine:
                         log.exception("frame sink failed; frames of this tick dropped")
             self.ticks += 1
             due += FRAME_NS
+
+
+def _udp_socket(host: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setblocking(False)
+    return sock

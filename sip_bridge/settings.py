@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     rtp_ports: str = "20000-20999"
     rtp_host: str | None = None  # where RTP sockets bind (default: the SIP host)
     advertised_address: str | None = None  # in SDP and Contact (default: the SIP host)
+    # one UDP port for every SIP leg's RTP instead of one port per leg from rtp_ports
+    # (0 = off, the default): legs are told apart in C by the source address:port their
+    # offer advertises (symmetric RTP) and its a=ssrc; fewer ports to open, less CPU per
+    # packet (docs/operations.md, "Shared RTP port"); a leg whose key collides falls back
+    # to a port from rtp_ports
+    rtp_shared_port: int = Field(default=0, ge=0, le=65535)
     rtp_timeout_s: float = 30.0
     answer_delay_s: float = 0.0
     drain_timeout_s: float = 600.0

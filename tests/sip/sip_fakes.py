@@ -35,6 +35,9 @@ class FakeMedia:
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
         srtp: SrtpKey | None = None,
+        *,
+        remote: tuple[str, int] | None = None,
+        ssrc: int = 0,
     ) -> int:
         if len(self.legs) >= self.capacity:
             raise CapacityError("full")
@@ -55,6 +58,9 @@ class FakeMedia:
         leg_id: str,
         payload_types: Sequence[PayloadType],
         expected_source: tuple[str, int] | None,
+        *,
+        remote: tuple[str, int] | None = None,
+        ssrc: int = 0,
     ) -> None:
         self.legs[leg_id].update(pts=list(payload_types), source=expected_source)
         self.log.append(("update", leg_id))
