@@ -319,6 +319,11 @@ class MediaEngine:
             payload_types=pts,
             max_delay_ms=self._max_delay_ms,
         )
+        return self._keyed(sid, srtp)
+
+    def _keyed(self, sid: int, srtp: SrtpKey | None) -> int:
+        """``sid`` with its SRTP key set (when given) before any packet can reach it; the
+        stream is removed again when the key is refused."""
         if srtp is not None:
             try:
                 self._ingest.set_srtp(sid, srtp.suite, srtp.key_salt, srtp.mki)
@@ -357,13 +362,7 @@ class MediaEngine:
             )
         except OSError as exc:
             raise CapacityError(f"ingest refused the stream: {exc}") from None
-        if srtp is not None:
-            try:
-                self._ingest.set_srtp(sid, srtp.suite, srtp.key_salt, srtp.mki)
-            except (OSError, ValueError):
-                self._ingest.remove_stream(sid)
-                raise
-        return sid
+        return self._keyed(sid, srtp)
 
     def update_leg(
         self,
