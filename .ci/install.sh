@@ -41,6 +41,7 @@ APT_PACKAGES=(
     sip-tester
     baresip-core
     redis-server
+    redis-tools
     sox
     espeak-ng
     flite

@@ -4,7 +4,10 @@ Used by the embedded default (``detectors.bus.embedded``), by the tests (a real 
 port with AOF in a temporary directory, killed with SIGKILL and restarted) and by
 ``callshield bench alerts``. The configuration is what "no alert lost" needs: AOF on
 (``everysec``; ``always`` in strict durability), ``noeviction`` (an alert is never
-evicted to make room), RDB snapshots off (the AOF is the record), loopback only.
+evicted to make room), RDB snapshots off (the AOF is the record), loopback only. A torn
+AOF (the server killed mid-write) is cut at its last whole transaction by
+``redis-check-aof --fix`` before the server loads it (``detectors.bus.aof_repair``: the
+server's own truncation can keep half a transaction).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from detectors.bus import aof_repair
 
 _UNIX_PATH_MAX = 107
 
@@ -110,6 +115,7 @@ class RedisServer:
         os.chmod(self.data_dir, 0o700)
         conf = self.data_dir / "redis.conf"
         conf.write_text(self.config_text(), encoding="utf-8")
+        aof_repair.repair(self.data_dir, binary)  # a torn tail, cut at a transaction
         self._proc = subprocess.Popen(
             [str(binary), str(conf)],
             stdin=subprocess.DEVNULL,
