@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
 from sip_wire import SDP_OFFER, crlf
 
 from native.ingest import PayloadType
@@ -175,3 +177,10 @@ def in_dialog(
         content_type=content_type,
         method=method,
     )
+
+
+def metrics_text(collector: Collector) -> str:
+    """What /metrics would show for ``collector`` alone (the Prometheus text format)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()

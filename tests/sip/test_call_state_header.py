@@ -5,8 +5,7 @@ origin and reason and ignored; the call and its media never suffer for them."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
-from sip_fakes import harness, invite, responses
+from sip_fakes import harness, invite, metrics_text, responses
 from sip_wire import SDP_OFFER
 
 from sip_bridge.call_state import StateHint, Verdict, call_state_collector, read_state, taken
@@ -121,9 +120,7 @@ def test_bad_values_are_counted_and_ignored_never_refusing_the_call() -> None:
     assert h.controller.call_states.snapshot() == {("rejected", "sip_header", "unknown"): 1}
     assert h2.controller.call_states.snapshot() == {("rejected", "sip_header", "conflicting"): 1}
     assert h.uas.stats["p_early_media_ignored"] == 1  # RFC 5009 is no call state
-    registry = CollectorRegistry()
-    registry.register(call_state_collector(h2.controller.call_states.snapshot))
-    text = generate_latest(registry).decode()
+    text = metrics_text(call_state_collector(h2.controller.call_states.snapshot))
     assert (
         'callshield_call_state_rejected_total{origin="sip_header",reason="conflicting"} 1.0' in text
     )
@@ -258,9 +255,7 @@ def test_session_refreshes_restating_the_call_state_count_once() -> None:
         ("rejected", "sip_header", "after_answer"): 1,
     }
     h.controller.set_call_state(call.call_id, StateHint("api", ("answered",)))  # a new origin
-    registry = CollectorRegistry()
-    registry.register(call_state_collector(h.controller.call_states.snapshot))
-    text = generate_latest(registry).decode()
+    text = metrics_text(call_state_collector(h.controller.call_states.snapshot))
     for line in (
         'callshield_call_state_total{origin="sip_header",state="early"} 1.0',
         'callshield_call_state_total{origin="sip_header",state="answered"} 1.0',

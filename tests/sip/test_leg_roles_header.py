@@ -9,8 +9,7 @@ import asyncio
 
 import httpx
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry, generate_latest
-from sip_fakes import harness, invite
+from sip_fakes import harness, invite, metrics_text
 from sip_test_data import SIPREC_CONTENT_TYPE, siprec_body
 
 from detectors.alert_schema import LegRole
@@ -118,9 +117,7 @@ def test_two_forked_directions_by_header_skip_non_audio_lines() -> None:
         ("said", "sip_header", "external"): 1,
         ("said", "sip_header", "internal"): 1,
     }
-    registry = CollectorRegistry()
-    registry.register(leg_role_collector(h.controller.leg_roles.snapshot))
-    text = generate_latest(registry).decode()
+    text = metrics_text(leg_role_collector(h.controller.leg_roles.snapshot))
     assert 'callshield_leg_role_total{origin="sip_header",role="external"} 1.0' in text
 
 
@@ -359,9 +356,7 @@ def test_session_refresh_restating_the_same_roles_counts_once() -> None:
         ("said", "sip_header", "mixed"): 1,
         ("rejected", "sip_header", "count_mismatch"): 1,
     }
-    registry = CollectorRegistry()
-    registry.register(leg_role_collector(h.controller.leg_roles.snapshot))
-    text = generate_latest(registry).decode()
+    text = metrics_text(leg_role_collector(h.controller.leg_roles.snapshot))
     assert 'callshield_leg_role_total{origin="sip_header",role="external"} 2.0' in text
     # role labels restated by a refresh count once too
     h2 = harness()

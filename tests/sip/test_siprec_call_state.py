@@ -4,8 +4,7 @@ backend records what it is told), answered being one-way."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
-from sip_fakes import harness, in_dialog, invite
+from sip_fakes import harness, in_dialog, invite, metrics_text
 from sip_test_data import SIPREC_CONTENT_TYPE, siprec_body
 
 from sip_bridge.call_state import call_state_collector
@@ -90,9 +89,7 @@ def test_metadata_cannot_take_an_answered_call_back_to_early() -> None:
         ("said", "siprec_metadata", "answered"): 1,
         ("rejected", "siprec_metadata", "after_answer"): 1,
     }
-    registry = CollectorRegistry()
-    registry.register(call_state_collector(h.controller.call_states.snapshot))
-    text = generate_latest(registry).decode()
+    text = metrics_text(call_state_collector(h.controller.call_states.snapshot))
     line = (
         'callshield_call_state_rejected_total{origin="siprec_metadata",reason="after_answer"} 1.0'
     )
@@ -147,9 +144,7 @@ def test_session_refreshes_resending_the_metadata_count_once() -> None:
         ("said", "siprec_metadata", "answered"): 1,
         ("rejected", "siprec_metadata", "after_answer"): 1,
     }
-    registry = CollectorRegistry()
-    registry.register(call_state_collector(h.controller.call_states.snapshot))
-    text = generate_latest(registry).decode()
+    text = metrics_text(call_state_collector(h.controller.call_states.snapshot))
     for line in (
         'callshield_call_state_total{origin="siprec_metadata",state="early"} 1.0',
         'callshield_call_state_total{origin="siprec_metadata",state="answered"} 1.0',
