@@ -207,7 +207,8 @@ def _piper_session(seed: int) -> Any:
     """A session whose random ops (the VITS noise, RandomNormalLike) draw from ``seed``:
     ONNX Runtime seeds an op's generator when the session is created, so a cached
     session gave other audio for the same file on every run, and two builds with the
-    same --seed trained on different piper spoofs (test EER 17.5 vs 20.0 % at seed 0).
+    same --seed trained on different piper spoofs (with 2 WORLD files, the only
+    differing ones: test EER 17.5 vs 20.0 % at seed 0; docs/models/synthetic_voice.md).
     A session per file (~0.5 s) makes the file a function of its seed."""
     import onnxruntime as ort
 
