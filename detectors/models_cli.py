@@ -116,12 +116,13 @@ def add_parser(sub: Any, name: str) -> None:
     )
     p.add_argument(
         "--arch",
-        choices=["cnn", "aasist", "cnn-phase"],
+        choices=["cnn", "aasist", "cnn-phase", "aasist-lite"],
         default="cnn",
         help="cnn: the log-spectrogram CNN (callshield-synthetic-8k); aasist: AASIST on the raw "
         "8 kHz waveform (callshield-aasist-8k, opt-in: ~24 ms of CPU per window against "
         "~2 ms, worse on test and on a dev holding Griffin-Lim / WORLD); cnn-phase: the CNN "
-        "with phase-derivative input channels (callshield-synthetic-phase-8k, opt-in; "
+        "with phase-derivative input channels (callshield-synthetic-phase-8k, opt-in); "
+        "aasist-lite: the same AASIST class ~3.4x cheaper (callshield-aasist-lite-8k, opt-in; "
         "docs/models/synthetic_voice.md)",
     )
     p = verbs.add_parser(

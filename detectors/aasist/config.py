@@ -35,6 +35,10 @@ class AasistConfig:
     pool_ratios: tuple[float, float, float, float]
     temperatures: tuple[float, float, float, float]
     sample_rate: int = SAMPLE_RATE  # the sinc bank spans 0 .. sample_rate / 2 (mel-spaced)
+    # Cheaper front ends (``--arch aasist-lite``); the defaults are the published network's.
+    sinc_stride: int = 1  # the sinc convolution's stride in time
+    first_pool: tuple[int, int] = (3, 3)  # (spectral, temporal) max-pool after |sinc|
+    block_pools: tuple[int, ...] = ()  # each residual block's max-pool in time; () = 3 each
 
     @property
     def sinc_taps(self) -> int:
@@ -46,11 +50,24 @@ class AasistConfig:
 
     def grid(self) -> tuple[int, int]:
         """(spectral, temporal) positions at the encoder's output."""
-        freq = self.n_sinc // 3
-        time = (self.nb_samp - self.sinc_taps + 1) // 3
-        for _ in self.blocks:
-            time //= 3
+        freq = self.n_sinc // self.first_pool[0]
+        time = ((self.nb_samp - self.sinc_taps) // self.sinc_stride + 1) // self.first_pool[1]
+        for pool in self.time_pools:
+            time //= pool
         return freq, time
+
+    def key_repr(self) -> str:
+        """``repr`` without the cheaper-front-end fields where they hold their defaults:
+        the text cache keys of trained state dicts are made of, unchanged for every
+        configuration that existed before those fields did."""
+        text = repr(self)
+        legacy = ", sinc_stride=1, first_pool=(3, 3), block_pools=())"
+        return text[: -len(legacy)] + ")" if text.endswith(legacy) else text
+
+    @property
+    def time_pools(self) -> tuple[int, ...]:
+        """Each residual block's max-pool in time (the published networks: 3 each)."""
+        return self.block_pools or (3,) * len(self.blocks)
 
     def node_counts(self) -> dict[str, int]:
         """Nodes kept by each graph pooling (computed like the reference: int(n * k))."""

@@ -47,13 +47,14 @@ def build_model(cfg: AasistConfig, *, literal_residual: bool = True) -> Any:
             self.bank = torch.from_numpy(sinc_bank(cfg.n_sinc, cfg.sinc_taps, cfg.sample_rate))
 
         def forward(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1, F, T]
-            y = func.conv1d(wave.unsqueeze(1), self.bank)
+            y = func.conv1d(wave.unsqueeze(1), self.bank, stride=cfg.sinc_stride)
             return y.unsqueeze(1)
 
     class ResidualBlock(nn.Module):
-        def __init__(self, cin: int, cout: int, first: bool) -> None:
+        def __init__(self, cin: int, cout: int, first: bool, pool: int = 3) -> None:
             super().__init__()
             self.first = first
+            self.pool = pool
             if not first:
                 self.bn1 = nn.BatchNorm2d(cin)
             self.conv1 = nn.Conv2d(cin, cout, kernel_size=(2, 3), padding=(1, 1))
@@ -70,7 +71,7 @@ def build_model(cfg: AasistConfig, *, literal_residual: bool = True) -> Any:
             h = self.conv1(h)
             h = self.conv2(func.selu(self.bn2(h)))
             skip = self.conv_downsample(x) if self.project else x
-            return func.max_pool2d(h + skip, kernel_size=(1, 3))
+            return func.max_pool2d(h + skip, kernel_size=(1, self.pool))
 
     def pairwise(x: Tensor) -> Tensor:
         """[B, N, D] -> [B, N, N, D]: element-wise products of every node pair."""
@@ -182,8 +183,10 @@ def build_model(cfg: AasistConfig, *, literal_residual: bool = True) -> Any:
             # Each block sits in its own Sequential (the checkpoint's "encoder.i.0").
             self.encoder = nn.Sequential(
                 *[
-                    nn.Sequential(ResidualBlock(cin, cout, first=i == 0))
-                    for i, (cin, cout) in enumerate(cfg.blocks)
+                    nn.Sequential(ResidualBlock(cin, cout, first=i == 0, pool=pool))
+                    for i, ((cin, cout), pool) in enumerate(
+                        zip(cfg.blocks, cfg.time_pools, strict=True)
+                    )
                 ]
             )
             self.pos_S = nn.Parameter(torch.zeros(1, n_s, enc))
@@ -221,7 +224,7 @@ def build_model(cfg: AasistConfig, *, literal_residual: bool = True) -> Any:
 
         def forward(self, wave: Tensor) -> Tensor:
             b = wave.shape[0]
-            x = func.max_pool2d(torch.abs(self.front(wave)), kernel_size=(3, 3))
+            x = func.max_pool2d(torch.abs(self.front(wave)), kernel_size=cfg.first_pool)
             x = func.selu(self.first_bn(x))
             e = torch.abs(self.encoder(x))  # [B, C, F, T]
             spec = e.amax(dim=3).transpose(1, 2) + self.pos_S  # [B, F, C]

@@ -47,7 +47,8 @@ from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 NAME = "callshield-synthetic-8k"
 AASIST_NAME = "callshield-aasist-8k"  # --arch aasist: its own name, installable beside the CNN
 PHASE_NAME = "callshield-synthetic-phase-8k"  # --arch cnn-phase: beside the CNN too
-NAMES = {"cnn": NAME, "aasist": AASIST_NAME, "cnn-phase": PHASE_NAME}
+LITE_NAME = "callshield-aasist-lite-8k"  # --arch aasist-lite: beside the others
+NAMES = {"cnn": NAME, "aasist": AASIST_NAME, "cnn-phase": PHASE_NAME, "aasist-lite": LITE_NAME}
 VERSION = "1.0.0"
 OPSET = 17
 TOLERANCE = 1e-5  # max |ONNX Runtime - torch| on the output, P(spoof)
@@ -77,7 +78,15 @@ STAGE2 = {  # --stage2: the measured (and rejected) continuation
 AASIST_TRAIN = TrainConfig(windows=1_600, epochs=1, batch=16, lr=2e-3, arch="aasist")
 # --arch cnn-phase: the CNN's budget and schedule, only the input differs (model.py, phase.py);
 # opt-in: dev worse than the CNN at seeds 0 and 1, Griffin-Lim worse on test (the model card)
-TRAIN_BY_ARCH = {"cnn": TrainConfig(), "aasist": AASIST_TRAIN, "cnn-phase": TrainConfig()}
+# --arch aasist-lite: ~3.4x cheaper per window than aasist, so the CNN's budget fits (500 steps
+# of 32, ~10 min here); opt-in (docs/models/synthetic_voice.md, "AASIST-lite")
+LITE_TRAIN = TrainConfig(lr=2e-3, arch="aasist-lite")
+TRAIN_BY_ARCH = {
+    "cnn": TrainConfig(),
+    "aasist": AASIST_TRAIN,
+    "cnn-phase": TrainConfig(),
+    "aasist-lite": LITE_TRAIN,
+}
 QUICK_SYSTEMS = ("espeak_en-us", "espeak_en-us-f3", "espeak_en-us-m7", "griffinlim_gl32")
 
 
@@ -304,6 +313,8 @@ ARCH_TEXT = {
     "aasist": "AASIST (raw waveform, 8 kHz sinc front end, graph attention; arch aasist)",
     "cnn-phase": "log spectrogram + phase derivatives (instantaneous-frequency deviation, "
     "frequency-direction phase difference) + small CNN (arch cnn-phase)",
+    "aasist-lite": "AASIST-lite (raw waveform, 8 kHz sinc front end strided by 3, narrower "
+    "first blocks, graph attention; arch aasist-lite)",
 }
 
 

@@ -58,20 +58,20 @@ class TrainConfig:
     stage2_epochs: int = 2
     stage2_lr: float = 1e-3
     stage2_wide: bool = True  # stage 2 through the wide channel (False: the stage-1 one)
-    arch: str = "cnn"  # the network (ARCHS): cnn, cnn-phase (model.py) or aasist (aasist_net.py)
+    arch: str = "cnn"  # the network (ARCHS): cnn, cnn-phase (model.py), aasist(-lite) (aasist_net)
 
 
 QUICK = TrainConfig(windows=96, epochs=1, batch=16, stage2_windows=32, stage2_epochs=1)
-ARCHS = ("cnn", "aasist", "cnn-phase")
+ARCHS = ("cnn", "aasist", "cnn-phase", "aasist-lite")
 PHASE_VERSION = 1  # bump when the cnn-phase channels (phase.py) change (its cache key)
 
 
 def new_model(arch: str) -> Any:
     """A freshly initialised network of ``arch`` (torch)."""
-    if arch == "aasist":
+    if arch in ("aasist", "aasist-lite"):
         from detectors.synthetic import aasist_net
 
-        return aasist_net.build_model()
+        return aasist_net.build_model(aasist_net.CONFIGS[arch])
     if arch not in ("cnn", "cnn-phase"):
         raise ValueError(f"unknown architecture {arch!r} (one of {', '.join(ARCHS)})")
     from detectors.synthetic.model import NetConfig, build_model
@@ -210,10 +210,10 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
     if stage == 2:
         fields += (cfg.stage2_windows, cfg.stage2_epochs, cfg.stage2_lr)
         fields += (WIDE_CHANNEL_VERSION,) if cfg.stage2_wide else ("narrow",)
-    if cfg.arch == "aasist":  # the CNN's keys stay as they were (its cached state dicts)
+    if cfg.arch in ("aasist", "aasist-lite"):  # the CNN's keys stay as they were (cached)
         from detectors.synthetic import aasist_net
 
-        fields += (cfg.arch, repr(aasist_net.CONFIG))
+        fields += (cfg.arch, aasist_net.CONFIGS[cfg.arch].key_repr())
     elif cfg.arch != "cnn":
         from detectors.synthetic import model, phase
 
