@@ -17,7 +17,7 @@ void cs_demux_key_make(cs_demux_key *k, uint16_t sock, int kind, const cs_srcloc
         k->port = a->port;
         memcpy(k->addr, a->addr, a->family == 4 ? 4 : 16);
     }
-    if (kind != CS_DEMUX_ADDR)
+    if (kind == CS_DEMUX_ADDR_SSRC || kind == CS_DEMUX_SSRC)
         k->ssrc = ssrc;
 }
 
@@ -57,8 +57,10 @@ int cs_demux_init(cs_demux *d, uint32_t max_keys, uint64_t seed) {
     d->slots = malloc((size_t)cap * sizeof *d->slots);
     if (!d->slots)
         return -ENOMEM;
-    for (uint32_t i = 0; i < cap; i++)
+    for (uint32_t i = 0; i < cap; i++) {
         d->slots[i].value = -1;
+        d->slots[i].claims = 0;
+    }
     d->mask = cap - 1;
     d->max_keys = max_keys;
     d->seed = mix(seed ^ 0x5DEECE66DULL);
@@ -89,30 +91,26 @@ static uint32_t probe(const cs_demux *d, const cs_demux_key *k, uint32_t h) {
 int32_t cs_demux_find(const cs_demux *d, const cs_demux_key *k) {
     if (!d->count)
         return -1;
-    return d->slots[probe(d, k, key_hash(d, k))].value;
+    const cs_demux_entry *e = &d->slots[probe(d, k, key_hash(d, k))];
+    return e->claims == 1 ? e->value : -1;
 }
 
-int cs_demux_insert(cs_demux *d, const cs_demux_key *k, int32_t value) {
-    if (value < 0 || k->kind < 1 || k->kind >= CS_DEMUX_KINDS)
-        return -EINVAL;
-    uint32_t h = key_hash(d, k);
-    uint32_t i = probe(d, k, h);
-    if (d->slots[i].value >= 0)
-        return -EEXIST;
+/* A new entry for k at empty slot i (probe result for hash h). */
+static int put(cs_demux *d, uint32_t i, const cs_demux_key *k, uint32_t h, int32_t value) {
     if (d->count >= d->max_keys)
         return -ENOSPC;
     d->slots[i].key = *k;
     d->slots[i].hash = h;
     d->slots[i].value = value;
+    d->slots[i].claims = 1;
     d->count++;
     d->kinds[k->kind]++;
     return 0;
 }
 
-int cs_demux_remove(cs_demux *d, const cs_demux_key *k) {
-    uint32_t i = probe(d, k, key_hash(d, k));
-    if (d->slots[i].value < 0)
-        return -ENOENT;
+/* Remove the entry at slot i. */
+static void remove_at(cs_demux *d, uint32_t i) {
+    const cs_demux_key *k = &d->slots[i].key;
     d->kinds[k->kind]--;
     d->count--;
     /* Backward shift: pull later entries of the run into the hole when the hole lies on
@@ -126,15 +124,63 @@ int cs_demux_remove(cs_demux *d, const cs_demux_key *k) {
         }
     }
     d->slots[hole].value = -1;
+}
+
+int cs_demux_insert(cs_demux *d, const cs_demux_key *k, int32_t value) {
+    if (value < 0 || k->kind < 1 || k->kind >= CS_DEMUX_FOLLOW)
+        return -EINVAL;
+    uint32_t h = key_hash(d, k);
+    uint32_t i = probe(d, k, h);
+    if (d->slots[i].value >= 0)
+        return -EEXIST;
+    return put(d, i, k, h, value);
+}
+
+int cs_demux_claim(cs_demux *d, const cs_demux_key *k, int32_t value) {
+    if (value < 0 || k->kind != CS_DEMUX_FOLLOW)
+        return -EINVAL;
+    uint32_t h = key_hash(d, k);
+    uint32_t i = probe(d, k, h);
+    cs_demux_entry *e = &d->slots[i];
+    if (e->value < 0)
+        return put(d, i, k, h, value);
+    e->claims++;
+    e->value ^= value; /* both >= 0: the xor is too */
     return 0;
 }
 
-static const int lookup_order[] = {CS_DEMUX_ADDR_SSRC, CS_DEMUX_ADDR, CS_DEMUX_SSRC};
+int cs_demux_unclaim(cs_demux *d, const cs_demux_key *k, int32_t value) {
+    if (k->kind != CS_DEMUX_FOLLOW)
+        return -ENOENT;
+    uint32_t i = probe(d, k, key_hash(d, k));
+    cs_demux_entry *e = &d->slots[i];
+    if (e->value < 0)
+        return -ENOENT;
+    if (e->claims == 1) {
+        remove_at(d, i);
+        return 0;
+    }
+    e->claims--;
+    e->value ^= value;
+    return 0;
+}
+
+int cs_demux_remove(cs_demux *d, const cs_demux_key *k) {
+    uint32_t i = probe(d, k, key_hash(d, k));
+    if (d->slots[i].value < 0 || k->kind == CS_DEMUX_FOLLOW)
+        return -ENOENT;
+    remove_at(d, i);
+    return 0;
+}
+
+static const int lookup_order[] = {CS_DEMUX_ADDR_SSRC, CS_DEMUX_ADDR, CS_DEMUX_SSRC,
+                                   CS_DEMUX_FOLLOW};
+enum { LOOKUP_KINDS = sizeof lookup_order / sizeof lookup_order[0] };
 
 void cs_demux_prefetch(const cs_demux *d, uint16_t sock, const cs_srclock_addr *from,
                        uint32_t ssrc) {
     cs_demux_key k;
-    for (int n = 0; n < 3; n++) {
+    for (int n = 0; n < LOOKUP_KINDS; n++) {
         if (!d->kinds[lookup_order[n]])
             continue;
         cs_demux_key_make(&k, sock, lookup_order[n], from, ssrc);
@@ -149,7 +195,7 @@ int32_t cs_demux_lookup(const cs_demux *d, uint16_t sock, const cs_srclock_addr 
                         uint32_t ssrc) {
     const int *order = lookup_order;
     cs_demux_key k;
-    for (int n = 0; n < 3; n++) {
+    for (int n = 0; n < LOOKUP_KINDS; n++) {
         if (!d->kinds[order[n]])
             continue;
         cs_demux_key_make(&k, sock, order[n], from, ssrc);

@@ -14,17 +14,27 @@
  *                                   the SSRC given when they were added;
  *   2. (source address:port)        a leg whose source address is unique to it;
  *   3. (SSRC) from any address      a leg still learning its source (no address with a
- *                                   port was given), matched by its configured SSRC.
+ *                                   port was given), matched by its configured SSRC;
+ *   4. (source address:port), any SSRC, where one leg keyed by SSRC has locked its
+ *                                   source: that source changed its SSRC (a transfer
+ *                                   or a re-origination on the same 5-tuple). Only
+ *                                   while exactly one such leg locked that address:
+ *                                   with two (a SIPREC pair from one port) a new SSRC
+ *                                   cannot be told to be either's, and is unmatched.
  *   Anything else is counted (`unmatched`, globally and per socket) and dropped.
  * A leg's keys: its expected address if it has a port (kind 1 if an SSRC was given, else
  * kind 2); the address its source lock locked onto, once that differs from the expected
- * one (same kind); and kind 3 while it has an SSRC, no expected address with a port, and
- * its lock is learning or re-armed. So a leg learning by SSRC stops matching by SSRC once
+ * one (same kind); a leg with an SSRC, once locked, a claim on rule 4 for its locked
+ * address; and kind 3 while it has an SSRC, no expected address with a port, and its
+ * lock is learning or re-armed. So a leg learning by SSRC stops matching by SSRC once
  * its lock has locked: a foreign address sending its SSRC is then unmatched, and inside
  * the leg the source lock still rejects every source but the locked one (RTP Bleed). A
  * leg needs an expected address with a port, or an SSRC (else -EINVAL); adding a key
- * another leg holds fails with -EEXIST. SSRC 0 means "no SSRC". An SSRC change from a
- * leg's source is only followed by legs keyed by address alone (kind 2). Datagrams that
+ * another leg holds fails with -EEXIST. SSRC 0 means "no SSRC". An SSRC change from a leg's locked source
+ * reaches the leg by rule 2 or 4; its source lock takes the new SSRC once the old one
+ * has been quiet for ssrc_quiet_ns (an SSRC interleaving with the live one is dropped as
+ * injection), and a leg keyed by SSRC then takes it as its own and is re-keyed (counted,
+ * demux_ssrc_follows). A new SSRC from any other address stays unmatched. Datagrams that
  * do not parse as RTP are counted on the socket, not on a leg.
  *
  * Threads. cs_ingest_start() spawns one receiver thread (pthread, signals blocked,
@@ -165,6 +175,8 @@ typedef struct {
     uint64_t recv_errors;      /* recvmmsg failures other than EAGAIN */
     uint64_t unmatched;        /* shared sockets: no leg matched the datagram's source */
     uint64_t demux_conflicts;  /* a learned source's key was held by another leg */
+    uint64_t demux_ssrc_follows; /* shared legs keyed by SSRC that took a new SSRC from
+                                  * their locked source (re-keyed, no re-INVITE) */
     uint64_t paced_sleeps;     /* coalescing sleeps taken */
     /* SRTP legs (cs_ingest_set_srtp), summed over streams; each dropped, never inserted */
     uint64_t srtp_auth_failed; /* tag or MKI mismatch: tampered, foreign or old key */

@@ -19,7 +19,7 @@ enum {
     CMSG_BYTES = 128,
     MAX_SLOTS = 65535,
     MAX_SOCKETS = 256,
-    LEG_KEYS = 2
+    LEG_KEYS = 3
 };
 #define STOP_TOKEN UINT64_MAX
 #define SOCKET_TOKEN (1ULL << 32) /* epoll token of a shared socket: SOCKET_TOKEN | id */
@@ -60,7 +60,7 @@ typedef struct {
     int pushed;              /* packets come from cs_ingest_push*, no socket (fd -1) */
     uint32_t ssrc;           /* shared: configured SSRC (0: none) */
     cs_srclock_addr preset;  /* shared: expected source (family 0: none) */
-    cs_demux_key keys[LEG_KEYS]; /* shared: keys it holds in the demux table */
+    cs_demux_key keys[LEG_KEYS]; /* shared: keys it holds (or claims) in the demux table */
     uint32_t nkeys;
     cs_srtp *srtp;           /* allocated on the slot's first SRTP key, kept until free */
     rx_req req;
@@ -168,7 +168,12 @@ int shared_sync_keys(cs_ingest *ing, ingest_slot *s, int32_t id);
 /* cs_ingest_expect_source's part for a shared leg: new expected address, re-keyed; 0 or
  * -EINVAL (neither an address with a port nor an SSRC left) / -EEXIST, nothing changed. */
 int shared_expect(cs_ingest *ing, ingest_slot *s, int32_t id, const cs_srclock_addr *addr);
-void shared_drop_keys(cs_ingest *ing, ingest_slot *s);
+void shared_drop_keys(cs_ingest *ing, ingest_slot *s, int32_t id);
+/* The receive path's call after leg s's source lock locked a source or took a new SSRC
+ * from its locked address (stream mutex held): a leg keyed by SSRC takes the locked SSRC
+ * as its own (counted in demux_ssrc_follows) and is re-keyed; a key held by another leg
+ * is counted in demux_conflicts and the leg keeps its old SSRC. */
+void shared_locked(cs_ingest *ing, ingest_slot *s, int32_t id);
 /* ingest_uring.c: the io_uring backend. probe: can a ring with the configured flags and
  * a provided-buffer ring be set up here (0, or -errno with why)? rx_watch: a socket was
  * added (table mutex and its slot mutex held): epoll_ctl ADD, or under io_uring a poke

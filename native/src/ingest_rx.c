@@ -179,9 +179,8 @@ static void deliver(cs_ingest *ing, ingest_slot *s, int32_t id, int i) {
     rx_batch *b = &ing->batch;
     int64_t arrival = b->arrival[i];
     int src = cs_srclock_check(&s->lock, &b->from[i], b->hdr[i].ssrc, b->hdr[i].seq, arrival);
-    if (src == CS_SRC_ACCEPT_LEARNED && s->shared >= 0 &&
-        shared_sync_keys(ing, s, id) != 0)
-        BUMP(ing->counters.demux_conflicts, 1);
+    if (s->shared >= 0 && (src == CS_SRC_ACCEPT_LEARNED || src == CS_SRC_ACCEPT_SSRC_SWITCH))
+        shared_locked(ing, s, id);
     if (src >= CS_SRC_DROP_PROBATION) {
         BUMP(ing->counters.srclock_dropped, 1);
         return;

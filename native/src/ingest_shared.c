@@ -17,17 +17,24 @@ static int addr_same(const cs_srclock_addr *a, const cs_srclock_addr *b) {
            memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
 }
 
+/* The key of address a: kind 1 (with the leg's SSRC) or kind 2. */
+static void address_key(const ingest_slot *s, const cs_srclock_addr *a, cs_demux_key *k) {
+    int kind = s->ssrc ? CS_DEMUX_ADDR_SSRC : CS_DEMUX_ADDR;
+    cs_demux_key_make(k, (uint16_t)s->shared, kind, a, s->ssrc);
+}
+
 /* The keys leg s should hold now (see ingest.h); returns how many (<= LEG_KEYS). */
 static uint32_t wanted_keys(const ingest_slot *s, cs_demux_key *out) {
     uint16_t sock = (uint16_t)s->shared;
-    int kind = s->ssrc ? CS_DEMUX_ADDR_SSRC : CS_DEMUX_ADDR;
     uint32_t n = 0;
     int preset = has_port(&s->preset);
     if (preset)
-        cs_demux_key_make(&out[n++], sock, kind, &s->preset, s->ssrc);
+        address_key(s, &s->preset, &out[n++]);
     int locked = s->lock.state != CS_SRCLOCK_LEARNING;
     if (locked && !(preset && addr_same(&s->lock.addr, &s->preset)))
-        cs_demux_key_make(&out[n++], sock, kind, &s->lock.addr, s->ssrc);
+        address_key(s, &s->lock.addr, &out[n++]);
+    if (locked && s->ssrc) /* rule 4: its locked source may change SSRC */
+        cs_demux_key_make(&out[n++], sock, CS_DEMUX_FOLLOW, &s->lock.addr, 0);
     if (s->ssrc && !preset && s->lock.state != CS_SRCLOCK_LOCKED && n < LEG_KEYS)
         cs_demux_key_make(&out[n++], sock, CS_DEMUX_SSRC, NULL, s->ssrc);
     return n;
@@ -40,6 +47,19 @@ static int holds(const cs_demux_key *keys, uint32_t n, const cs_demux_key *k) {
     return 0;
 }
 
+/* Take or give up one key of leg id (demux mutex held): a follow key is claimed. */
+static int key_add(cs_ingest *ing, const cs_demux_key *k, int32_t id) {
+    return k->kind == CS_DEMUX_FOLLOW ? cs_demux_claim(&ing->demux, k, id)
+                                      : cs_demux_insert(&ing->demux, k, id);
+}
+
+static void key_drop(cs_ingest *ing, const cs_demux_key *k, int32_t id) {
+    if (k->kind == CS_DEMUX_FOLLOW)
+        cs_demux_unclaim(&ing->demux, k, id);
+    else
+        cs_demux_remove(&ing->demux, k);
+}
+
 int shared_sync_keys(cs_ingest *ing, ingest_slot *s, int32_t id) {
     cs_demux_key want[LEG_KEYS];
     uint32_t nwant = wanted_keys(s, want);
@@ -49,23 +69,40 @@ int shared_sync_keys(cs_ingest *ing, ingest_slot *s, int32_t id) {
     for (; added < nwant; added++) {
         if (holds(s->keys, s->nkeys, &want[added]))
             continue;
-        rc = cs_demux_insert(&ing->demux, &want[added], id);
+        rc = key_add(ing, &want[added], id);
         if (rc)
             break;
     }
     if (rc) { /* undo this call's inserts: the old keys stay */
         for (uint32_t i = 0; i < added; i++)
             if (!holds(s->keys, s->nkeys, &want[i]))
-                cs_demux_remove(&ing->demux, &want[i]);
+                key_drop(ing, &want[i], id);
     } else {
         for (uint32_t i = 0; i < s->nkeys; i++)
             if (!holds(want, nwant, &s->keys[i]))
-                cs_demux_remove(&ing->demux, &s->keys[i]);
+                key_drop(ing, &s->keys[i], id);
         memcpy(s->keys, want, nwant * sizeof *want);
         s->nkeys = nwant;
     }
     pthread_mutex_unlock(&ing->demux_mu);
     return rc;
+}
+
+void shared_locked(cs_ingest *ing, ingest_slot *s, int32_t id) {
+    uint32_t old = s->ssrc;
+    int follow = old && s->lock.state != CS_SRCLOCK_LEARNING && s->lock.ssrc != old;
+    if (follow)
+        s->ssrc = s->lock.ssrc;
+    if (shared_sync_keys(ing, s, id) == 0) {
+        if (follow)
+            BUMP(ing->counters.demux_ssrc_follows, 1);
+        return;
+    }
+    BUMP(ing->counters.demux_conflicts, 1);
+    if (follow) { /* keep the old SSRC's keys, and still key a newly learned address */
+        s->ssrc = old;
+        shared_sync_keys(ing, s, id);
+    }
 }
 
 int shared_expect(cs_ingest *ing, ingest_slot *s, int32_t id, const cs_srclock_addr *addr) {
@@ -79,10 +116,10 @@ int shared_expect(cs_ingest *ing, ingest_slot *s, int32_t id, const cs_srclock_a
     return rc;
 }
 
-void shared_drop_keys(cs_ingest *ing, ingest_slot *s) {
+void shared_drop_keys(cs_ingest *ing, ingest_slot *s, int32_t id) {
     pthread_mutex_lock(&ing->demux_mu);
     for (uint32_t i = 0; i < s->nkeys; i++)
-        cs_demux_remove(&ing->demux, &s->keys[i]);
+        key_drop(ing, &s->keys[i], id);
     s->nkeys = 0;
     pthread_mutex_unlock(&ing->demux_mu);
 }

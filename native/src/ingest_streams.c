@@ -106,7 +106,7 @@ int cs_ingest_remove_stream(cs_ingest *ing, int32_t id) {
     }
     int fd = -1; /* a per-leg socket: unwatched and closed once the slot is unlocked */
     if (s->shared >= 0) {
-        shared_drop_keys(ing, s);
+        shared_drop_keys(ing, s, id);
         ing->sockets[s->shared].c.legs--;
         s->shared = -1;
     } else if (!s->pushed) {

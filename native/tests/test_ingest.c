@@ -439,6 +439,41 @@ static void test_demux_lookup_most_specific_first(void)
     cs_demux_free(&d);
 }
 
+/* Follow keys are shared: found only while one leg claims them, and the last claimant
+ * is known again when the others give their claims up (in any order). */
+static void test_demux_follow_claims(void)
+{
+    cs_demux d;
+    REQUIRE(cs_demux_init(&d, 8, 9) == 0);
+    cs_srclock_addr src = v4addr(1, 4000), other = v4addr(2, 4000);
+    cs_demux_key f;
+    cs_demux_key_make(&f, 0, CS_DEMUX_FOLLOW, &src, 0xAA);
+    CHECK_EQ(f.ssrc, 0); /* any SSRC */
+    CHECK_EQ(cs_demux_insert(&d, &f, 1), -EINVAL); /* claimed, never owned */
+    CHECK_EQ(cs_demux_claim(&d, &f, 5), 0);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &src, 0x77), 5); /* a new SSRC from its source */
+    CHECK_EQ(cs_demux_lookup(&d, 0, &other, 0x77), -1);
+    CHECK_EQ(cs_demux_claim(&d, &f, 9), 0);
+    CHECK_EQ(cs_demux_claim(&d, &f, 12), 0);
+    CHECK_EQ(d.count, 1);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &src, 0x77), -1); /* three legs: whose? */
+    CHECK_EQ(cs_demux_remove(&d, &f), -ENOENT);
+    CHECK_EQ(cs_demux_unclaim(&d, &f, 5), 0);
+    CHECK_EQ(cs_demux_find(&d, &f), -1);
+    CHECK_EQ(cs_demux_unclaim(&d, &f, 12), 0);
+    CHECK_EQ(cs_demux_find(&d, &f), 9); /* the one left */
+    cs_demux_key k;
+    cs_demux_key_make(&k, 0, CS_DEMUX_ADDR_SSRC, &src, 0x77);
+    CHECK_EQ(cs_demux_insert(&d, &k, 3), 0);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &src, 0x77), 3); /* an exact key wins */
+    CHECK_EQ(cs_demux_unclaim(&d, &f, 9), 0);
+    CHECK_EQ(cs_demux_unclaim(&d, &f, 9), -ENOENT);
+    CHECK_EQ(cs_demux_lookup(&d, 0, &src, 0x78), -1);
+    CHECK_EQ(d.count, 1);
+    CHECK_EQ(d.kinds[CS_DEMUX_FOLLOW], 0);
+    cs_demux_free(&d);
+}
+
 static const cs_test_case ingest_cases[] = {
     {"ingest_receive_and_pull", test_ingest_receive_and_pull},
     {"ingest_remove_and_add_under_traffic", test_ingest_remove_and_add_under_traffic},
@@ -451,6 +486,7 @@ static const cs_test_case ingest_cases[] = {
     {"demux_collisions", test_demux_collisions},
     {"demux_random_against_reference", test_demux_random_against_reference},
     {"demux_lookup_most_specific_first", test_demux_lookup_most_specific_first},
+    {"demux_follow_claims", test_demux_follow_claims},
 };
 
 const cs_test_suite cs_suite_ingest = {"ingest", ingest_cases, CS_TEST_COUNT(ingest_cases)};

@@ -13,6 +13,7 @@ import numpy as np
 from bridge_runner import free_udp_port, load_speech, run_sipp, running_bridge, wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from rtp_pcap import write_rtp_pcap
+from sip_fakes import metrics_text
 from test_sipp import _matching_frames
 
 from native.codec import ulaw_decode, ulaw_encode
@@ -136,6 +137,34 @@ def test_a_reinvite_moving_the_source_rekeys_the_leg() -> None:
         assert _values(sink, "call.0") == {_decoded(LEVEL["b"])}
         _send({"a": socks["a"]}, shared, 5, {"a": 0xA1})  # the old source is no longer keyed
         assert wait_for(lambda: ingest.counters()["unmatched"] == 5)
+    finally:
+        media.stop()
+        ingest.close()
+        for s in socks.values():
+            s.close()
+
+
+def test_a_legs_source_changing_its_ssrc_is_followed_and_counted() -> None:
+    """A transfer re-originates the media on the same 5-tuple with a new SSRC and no
+    re-INVITE: the leg keyed by its offer's a=ssrc follows (ingest.h, rule 4)."""
+    ingest, media, sink, shared = _engine()
+    socks = _senders("a", "c")
+    try:
+        src = socks["a"].getsockname()[:2]
+        media.open_leg("xfer.0", PCMU, None, remote=src, ssrc=0x1111)
+        _send({"a": socks["a"]}, shared, 20, {"a": 0x1111})
+        time.sleep(0.1)  # the old SSRC goes quiet
+        for seq in range(500, 530):
+            socks["a"].sendto(_rtp(seq, 0x2222, LEVEL["c"]), ("127.0.0.1", shared))
+            socks["c"].sendto(_rtp(seq, 0x3333, LEVEL["c"]), ("127.0.0.1", shared))  # not its
+            time.sleep(0.02)
+        assert wait_for(lambda: ingest.counters()["demux_ssrc_follows"] == 1)
+        assert wait_for(lambda: _values(sink, "xfer.0") == {_decoded(v) for v in (1000, 5000)})
+        assert wait_for(lambda: ingest.counters()["unmatched"] == 30)
+        stats = media.stats("xfer.0")["counters"]
+        assert isinstance(stats, dict) and stats["locked_ssrc"] == 0x2222
+        text = metrics_text(IngestCollector(ingest.counters))
+        assert "callshield_ingest_demux_ssrc_follows_total 1.0" in text
     finally:
         media.stop()
         ingest.close()
