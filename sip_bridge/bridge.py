@@ -33,7 +33,8 @@ from sip_bridge.bridge_metrics import IngestCollector, SipCollector, TenantColle
 from sip_bridge.call_state import call_state_collector
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.leg_roles import leg_role_collector
-from sip_bridge.media import FrameSink, MediaEngine, PortRange
+from sip_bridge.media import FrameSink, MediaEngine
+from sip_bridge.media_setup import bridge_ingest, bridge_media
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
 from sip_bridge.sip.passport import TrustStore
@@ -68,24 +69,11 @@ class Bridge:
     def __post_init__(self) -> None:
         s = self.settings
         host, port = s.sip_address
-        low, high = s.rtp_range
-        self.ingest = Ingest(
-            max_streams=s.max_streams,
-            backend=s.ingest_backend,
-            coalesce_us=s.ingest_coalesce_us,
-        )
+        self.ingest = bridge_ingest(s)
         analysis = self.wiring.attach(self.ingest) if self.wiring is not None else None
         if analysis is not None:
             self.sink = self.publisher = analysis
-        ports = PortRange(low, high, quarantine_s=2 * s.rtp_timeout_s)
-        self.media = MediaEngine(
-            self.ingest,
-            ports,
-            self.sink,
-            host=s.rtp_host or host,
-            max_delay_ms=s.jitter_max_delay_ms,
-            shared_port=s.rtp_shared_port,
-        )
+        self.media = bridge_media(s, self.ingest, self.sink)
         self.tenants = TenantResolver(s.tenant_rules)
         self.controller = CallController(self.media, self.publisher, analysis, self.tenants)
         if self.wiring is not None:

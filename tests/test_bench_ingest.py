@@ -20,6 +20,12 @@ URING = tuple(
     for name in EPOLL
 )
 NATIVE = EPOLL + URING
+BRIDGE = (
+    "bridge_shared",
+    "bridge_shared_paced",
+    "bridge_shared_uring",
+    "bridge_shared_uring_paced",
+)
 
 
 def _args(**over: Any) -> argparse.Namespace:
@@ -48,9 +54,14 @@ def test_every_receiver_gets_every_packet(result: dict[str, Any]) -> None:
         assert r["app_loss"] == 0
         assert r["unmatched"] == 0
         assert r["cpu_us_per_packet"] > 0
-    for name in NATIVE:
+    for name in NATIVE + BRIDGE:
         r = run[name]
         assert r["latency"]["n"] == r["received"] - 20  # one probation packet per leg
+    for name in BRIDGE:  # the bridge's media engine, every leg on its one shared port
+        r = run[name]
+        assert r["receiver"].startswith("bridge: sip_bridge.media_setup"), r["receiver"]
+        assert (r["shared_fallbacks"], r["shared_socket_datagrams"]) == (0, r["received"])
+        assert ("uring" in name) == r["backend"].startswith("io_uring"), r["backend"]
     for name in EPOLL:
         assert run[name]["datagrams_per_recvmmsg"] >= 1.0
         assert run[name]["cqes_per_enter"] is None
@@ -61,7 +72,7 @@ def test_every_receiver_gets_every_packet(result: dict[str, Any]) -> None:
 
 def test_report_names_each_comparison(result: dict[str, Any]) -> None:
     (run,) = result["runs"]
-    assert set(run["cpu_ratios"]) == {f"{b}/{n}" for b in ingest.BASELINES for n in NATIVE}
+    assert set(run["cpu_ratios"]) == {f"{b}/{n}" for b in ingest.BASELINES for n in NATIVE + BRIDGE}
     assert {row["receiver"] for row in result["table"]} == set(ingest.RECEIVERS)
     row = next(r for r in result["table"] if r["receiver"] == "native_shared")
     assert (

@@ -17,6 +17,11 @@ per leg or to one shared port. Receivers (``ingest_receivers``):
   the datagrams expected in ``--coalesce-us`` or that long, whichever comes first). The
   plain names run the epoll backend (epoll + recvmmsg), so one run compares asyncio,
   epoll and io_uring on the same load. A receiver whose backend is refused is an error.
+- ``bridge_shared*``: the bridge's own shared-port receive path (``ingest_bridge``): the
+  ingest and media engine built as ``callshield bridge`` builds them with
+  ``rtp_shared_port`` on, every sender registered as a SIP leg through
+  ``MediaEngine.open_leg`` (no SIP), pulled by the engine's playout thread; same four
+  variants (epoll / io_uring, paced or not); unpinned, so a pinned run skips them.
 - ``asyncio_per_leg`` (the baseline of DESIGN.md §3) / ``asyncio_shared`` (the
   like-for-like baseline of the shared port): ``DatagramProtocol`` per socket, or one
   protocol demultiplexing by a dict keyed by source address.
@@ -52,6 +57,7 @@ import sys
 import time
 from typing import Any
 
+from sip_bridge.bench.ingest_bridge import BridgeSharedReceiver
 from sip_bridge.bench.ingest_receivers import (
     AsyncioReceiver,
     NativeReceiver,
@@ -69,6 +75,10 @@ RECEIVERS = (
     "native_shared_uring",
     "native_per_leg_uring_paced",
     "native_shared_uring_paced",
+    "bridge_shared",
+    "bridge_shared_paced",
+    "bridge_shared_uring",
+    "bridge_shared_uring_paced",
     "asyncio_per_leg",
     "asyncio_shared",
 )
@@ -172,8 +182,14 @@ def _run_load(args: argparse.Namespace, pps: int, pinned: bool) -> dict[str, Any
             continue
         shared = "_shared" in name
         rx: Receiver
+        backend = "io_uring" if "_uring" in name else "epoll"
         if name.startswith("asyncio"):
             rx = AsyncioReceiver(streams, shared=shared, pin=pin)
+        elif name.startswith("bridge"):
+            if pinned:
+                continue
+            coalesce = args.coalesce_us if paced else 0
+            rx = BridgeSharedReceiver(streams, coalesce_us=coalesce, backend=backend)
         else:
             coalesce = args.coalesce_us if paced else 0
             rx = NativeReceiver(
@@ -183,7 +199,7 @@ def _run_load(args: argparse.Namespace, pps: int, pinned: bool) -> dict[str, Any
                 coalesce_us=coalesce,
                 pin=pin,
                 rt_priority=args.rt_priority,
-                backend="io_uring" if "_uring" in name else "epoll",
+                backend=backend,
                 uring_setup=args.uring_setup,
             )
         result[name] = _measure(rx, pps, payload, args, SENDER_CPU if pinned else None)
@@ -196,7 +212,7 @@ def _ratios(result: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     out = {}
     for base in BASELINES:
         for name in RECEIVERS:
-            if name.startswith("native") and base in result and name in result:
+            if not name.startswith("asyncio") and base in result and name in result:
                 b, n = result[base], result[name]
                 out[f"{base}/{name}"] = {
                     "receiver": _ratio(b["cpu_us_per_packet"], n["cpu_us_per_packet"]),
