@@ -65,11 +65,24 @@ static void update_target(cs_delay_est *d, int64_t max_rel_ns) {
 int64_t cs_delay_packet(cs_delay_est *d, int64_t arrival_ns, int64_t media_ns) {
     int64_t transit = arrival_ns - media_ns;
     /* Sliding-window minimum of transit over the last 2 s: a monotonic deque (transits
-     * increase from front to back), O(1) amortised per packet. */
+     * strictly increase from front to back). The new packet drops every entry from the
+     * back whose transit is not below its own; those form a suffix, so the entries kept
+     * are the count below `transit`, found by a branchless binary search: popping one
+     * by one cost a mispredicted loop exit and a dependent load per entry (jitter makes
+     * the count random, 0 to ~10), the search costs log2(len) predictable steps. */
     const uint32_t mask = CS_DELAY_WINDOW - 1;
-    while (d->hist_len > 0 &&
-           d->hist[(d->hist_head + d->hist_len - 1) & mask].transit_ns >= transit)
-        d->hist_len--;
+    const uint32_t head = d->hist_head;
+    uint32_t n = d->hist_len;
+    if (n > 0) {
+        uint32_t lo = 0; /* invariant: the count lies in [lo, lo + n] */
+        while (n > 1) {
+            const uint32_t half = n / 2;
+            const int below = d->hist[(head + lo + half) & mask].transit_ns < transit;
+            lo += half & (0u - (uint32_t)below);
+            n -= half;
+        }
+        d->hist_len = lo + (d->hist[(head + lo) & mask].transit_ns < transit);
+    }
     if (d->hist_len == CS_DELAY_WINDOW) { /* only with > 128 rising transits in 2 s */
         d->hist_head = (d->hist_head + 1) & mask;
         d->hist_len--;
