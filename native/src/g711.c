@@ -34,8 +34,78 @@ int16_t cs_ulaw_to_linear(uint8_t code) { return ulaw_table[code]; }
 
 int16_t cs_alaw_to_linear(uint8_t code) { return alaw_table[code]; }
 
+/* ---- batch decode -------------------------------------------------------------------
+ *
+ * A table lookup per sample costs two loads and a store: a 20 ms frame (160 codes) is
+ * ~160 cycles, a quarter of a jitter-buffer pull. Where the CPU has AVX2 (checked at run
+ * time, so the library still runs on any x86-64), 16 codes at a time are decoded from
+ * the bit layout above instead: the exponent picks a power of two from a 16-byte table
+ * (vpshufb, one per lane), one multiply replaces the variable shift, and the sign is a
+ * conditional negate. The magnitude stays below 2^15 (µ-law: 252 << 7, A-law: 504 << 6),
+ * so 16-bit lanes are exact; the tests compare every code with the tables. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define CS_G711_AVX2 1
+
+__attribute__((target("avx2"))) static void ulaw_decode_avx2(const uint8_t *in, int16_t *out,
+                                                             size_t n)
+{
+    /* 1 << exponent in the low byte of each 16-bit lane (high index bit: a zero byte) */
+    const __m256i pow = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0,
+                                         0, 0);
+    const __m256i seven = _mm256_set1_epi16(7), hi = _mm256_set1_epi16((short)0x8000);
+    const __m256i low4 = _mm256_set1_epi16(0x0F), bias = _mm256_set1_epi16(0x84);
+    const __m128i inv = _mm_set1_epi8((char)0xFF);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i v = _mm256_cvtepu8_epi16(_mm_xor_si128(_mm_loadu_si128((const void *)(in + i)), inv));
+        __m256i e = _mm256_and_si256(_mm256_srli_epi16(v, 4), seven);
+        __m256i p = _mm256_shuffle_epi8(pow, _mm256_or_si256(e, hi));
+        __m256i m = _mm256_add_epi16(_mm256_slli_epi16(_mm256_and_si256(v, low4), 3), bias);
+        __m256i mag = _mm256_sub_epi16(_mm256_mullo_epi16(m, p), bias);
+        __m256i neg = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 15); /* bit 7: negative */
+        _mm256_storeu_si256((void *)(out + i), _mm256_sub_epi16(_mm256_xor_si256(mag, neg), neg));
+    }
+    for (; i < n; i++)
+        out[i] = ulaw_table[in[i]];
+}
+
+__attribute__((target("avx2"))) static void alaw_decode_avx2(const uint8_t *in, int16_t *out,
+                                                             size_t n)
+{
+    /* segment 0 and 1 are not shifted, segment s > 1 by s - 1 */
+    const __m256i pow = _mm256_setr_epi8(1, 1, 2, 4, 8, 16, 32, 64, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                                         1, 2, 4, 8, 16, 32, 64, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i seven = _mm256_set1_epi16(7), hi = _mm256_set1_epi16((short)0x8000);
+    const __m256i low4 = _mm256_set1_epi16(0x0F), zero = _mm256_setzero_si256();
+    const __m256i add1 = _mm256_set1_epi16(0x108), add0 = _mm256_set1_epi16(8 - 0x108);
+    const __m256i signbit = _mm256_set1_epi16(0x80);
+    const __m128i key = _mm_set1_epi8(0x55);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i v = _mm256_cvtepu8_epi16(_mm_xor_si128(_mm_loadu_si128((const void *)(in + i)), key));
+        __m256i s = _mm256_and_si256(_mm256_srli_epi16(v, 4), seven);
+        __m256i p = _mm256_shuffle_epi8(pow, _mm256_or_si256(s, hi));
+        __m256i add = _mm256_add_epi16(add1, _mm256_and_si256(_mm256_cmpeq_epi16(s, zero), add0));
+        __m256i m = _mm256_add_epi16(_mm256_slli_epi16(_mm256_and_si256(v, low4), 4), add);
+        __m256i mag = _mm256_mullo_epi16(m, p);
+        __m256i neg = _mm256_cmpeq_epi16(_mm256_and_si256(v, signbit), zero); /* bit 7 clear */
+        _mm256_storeu_si256((void *)(out + i), _mm256_sub_epi16(_mm256_xor_si256(mag, neg), neg));
+    }
+    for (; i < n; i++)
+        out[i] = alaw_table[in[i]];
+}
+#endif
+
 void cs_ulaw_decode(const uint8_t *in, int16_t *out, size_t n)
 {
+#ifdef CS_G711_AVX2
+    if (n >= 16 && __builtin_cpu_supports("avx2")) {
+        ulaw_decode_avx2(in, out, n);
+        return;
+    }
+#endif
 #pragma GCC unroll 8
     for (size_t i = 0; i < n; i++)
         out[i] = ulaw_table[in[i]];
@@ -43,6 +113,12 @@ void cs_ulaw_decode(const uint8_t *in, int16_t *out, size_t n)
 
 void cs_alaw_decode(const uint8_t *in, int16_t *out, size_t n)
 {
+#ifdef CS_G711_AVX2
+    if (n >= 16 && __builtin_cpu_supports("avx2")) {
+        alaw_decode_avx2(in, out, n);
+        return;
+    }
+#endif
 #pragma GCC unroll 8
     for (size_t i = 0; i < n; i++)
         out[i] = alaw_table[in[i]];

@@ -97,8 +97,35 @@ static void test_g711_encode_all_int16(void)
     CHECK_EQ(max_a, 512); /* half the top A-law step, and clipping to +-32256 */
 }
 
+/* The batch decoders take 16 codes at a time where the CPU allows (g711.c) and the rest
+ * one by one: every length and start offset must agree with the single-sample form, and
+ * nothing past out[n - 1] may be written. */
+static void test_g711_decode_any_length_and_offset(void)
+{
+    enum { LEN = 96, OFFS = 19 };
+    uint8_t codes[LEN + OFFS];
+    int16_t pcm[LEN + 1];
+    for (int i = 0; i < LEN + OFFS; i++)
+        codes[i] = (uint8_t)(i * 37 + 11);
+    for (int off = 0; off < OFFS; off++)
+        for (int n = 0; n <= LEN; n++)
+            for (int law = 0; law < 2; law++) {
+                for (int i = 0; i <= LEN; i++)
+                    pcm[i] = 0x5A5A;
+                if (law)
+                    cs_alaw_decode(codes + off, pcm, (size_t)n);
+                else
+                    cs_ulaw_decode(codes + off, pcm, (size_t)n);
+                for (int i = 0; i < n; i++)
+                    CHECK_EQ(pcm[i], law ? cs_alaw_to_linear(codes[off + i])
+                                         : cs_ulaw_to_linear(codes[off + i]));
+                CHECK_EQ(pcm[n], 0x5A5A);
+            }
+}
+
 static const cs_test_case g711_cases[] = {
     {"decode_tables", test_g711_decode_tables},
+    {"decode_any_length_and_offset", test_g711_decode_any_length_and_offset},
     {"encode_known_points", test_g711_encode_known_points},
     {"round_trip", test_g711_round_trip},
     {"encode_all_int16", test_g711_encode_all_int16},
