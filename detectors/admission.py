@@ -7,6 +7,16 @@ times the windows per second one call asks of it (the hop grid plus, for the dim
 windowed at utterance ends too, the measured share of extra end windows), against
 ``workers × utilisation``, and each detector's alone against ``min(its lane's
 max_inflight, workers) × utilisation`` (a lane never runs more batches at once).
+Before any call the estimate is seeded from the pre-warm timings
+(``detectors.prewarm_cost``): each detector's cost per window measured with the whole
+pool busy, which is what a window costs once the node is full, times ``seed_margin`` for
+the rest of the process the pre-warm cannot see. A cost measured later on a quiet pool
+(fewer batches running at once than the pool can) is scaled by the same ratio (seed /
+alone, at that batch size) before it enters the EWMA, so
+light traffic does not talk the estimate down to the uncontended cost and a dialer burst
+on a node that has seen one call is not admitted whole. Calls are judged one at a time:
+each admitted call counts against the capacity at once, so a burst arriving in one tick
+gets exactly what is left.
 The node is also over capacity while its queue wait exceeds the limit: the p99 of the
 waits observed in the last ``wait_horizon_s`` (older samples expire, so an idle node's
 door reopens; a burst does not close it for good), or the age of the oldest window
@@ -23,12 +33,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
 
 from detectors.metrics import DetectorMetrics
+from detectors.prewarm_cost import PrewarmCosts
 
 
 class OverloadPolicy(StrEnum):
@@ -45,6 +56,11 @@ class AdmissionConfig:
     queue_wait_limit_s: float = 0.25
     min_samples: int = 50  # queue waits needed before they can close the door
     wait_horizon_s: float = 5.0  # queue waits older than this no longer count
+    # the pre-warm's full-pool costs times this seed the estimate: the rest of the
+    # process (playout tick, ingest, VAD gate, publisher) takes CPU the pre-warm cannot
+    # see. Measured on the 2-core box with the 8 kHz AASIST set at 40 calls: costs under
+    # load 1.18-1.36x the pre-warm's (docs/operations.md, Admission)
+    seed_margin: float = 1.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +95,46 @@ class Admission:
         self._calls: set[str] = set()
         self._lock = threading.Lock()
         self._metrics = metrics
+        self._prewarm: PrewarmCosts | None = None  # the seed: pre-warm costs x margin
+        self._measured: PrewarmCosts | None = None  # as timed
+        self._seeded: int | None = None
 
-    def observe_batch(self, detector: str, size: int, run_s: float, waits: list[float]) -> None:
-        """Feed from the scheduler's batch observer."""
+    def _full_pool(self) -> int:
+        """Batches at once that make the pool full: its workers, or fewer if the lanes
+        together may not run that many."""
+        workers = self.config.workers
+        if self._concurrency and set(self._concurrency) >= set(self._demand):
+            return max(1, min(workers, sum(self._concurrency.values())))
+        return max(1, workers)
+
+    def seed(self, costs: PrewarmCosts) -> None:
+        """Before any call: each detector's pre-warm cost per window with the pool
+        full, times ``seed_margin``, becomes its estimate, and the ratio of that to its
+        cost alone scales what a quiet pool measures from then on."""
+        margin = max(1.0, self.config.seed_margin)
+        loaded = {d: c * margin for d, c in costs.loaded.items()}
+        with self._lock:
+            self._prewarm = replace(costs, loaded=loaded)  # what a full node pays
+            self._measured = costs
+            self._cost.update(loaded)
+            self._seeded = self._capacity() if costs.loaded else None
+        self._publish()
+
+    def observe_batch(
+        self,
+        detector: str,
+        size: int,
+        run_s: float,
+        waits: list[float],
+        pool_busy: int | None = None,
+    ) -> None:
+        """Feed from the scheduler's batch observer. ``pool_busy``: the most batches
+        the pool ran at once during this one (None: take the cost as measured)."""
         per_window = run_s / max(1, size)
         with self._lock:
+            pw = self._prewarm
+            if pw is not None and pool_busy is not None and pool_busy < self._full_pool():
+                per_window *= pw.contention(detector, size) or 1.0  # what it costs when full
             old = self._cost.get(detector)
             self._cost[detector] = per_window if old is None else 0.9 * old + 0.1 * per_window
             now = self._clock()
@@ -133,7 +184,27 @@ class Admission:
                 "queue_wait_s": self._queue_wait(),
                 "cost_per_window_s": dict(self._cost),
                 "windows_per_call_s": dict(self._demand),
+                "seeded": self._seeded_snapshot(),
             }
+
+    def _seeded_snapshot(self) -> dict[str, object] | None:
+        pw = self._measured
+        if pw is None:
+            return None
+        return {
+            "capacity": self._seeded,
+            "margin": max(1.0, self.config.seed_margin),
+            "loaded_cost_per_window_s": dict(pw.loaded),
+            "alone_cost_per_window_s": {d: dict(c) for d, c in pw.alone.items()},
+            "contention": {
+                d: pw.contention(d, max(c)) for d, c in pw.alone.items() if c and d in pw.loaded
+            },
+        }
+
+    def seeded_capacity(self) -> int | None:
+        """The estimate the pre-warm timings gave, before any call (None: not seeded)."""
+        with self._lock:
+            return self._seeded
 
     def active(self) -> int:
         """Calls admitted for analysis now."""
@@ -174,3 +245,6 @@ class Admission:
             active, cap = len(self._calls), self._capacity()
         self._metrics.calls_active.set(active)
         self._metrics.capacity_remaining.set(max(0, cap - active))
+        self._metrics.capacity.set(cap)
+        if self._seeded is not None:
+            self._metrics.capacity_seeded.set(self._seeded)

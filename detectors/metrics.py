@@ -77,6 +77,16 @@ class DetectorMetrics:
         self.capacity_remaining = Gauge(
             "callshield_capacity_remaining_calls", "Calls this node can still take", registry=r
         )
+        self.capacity = Gauge(
+            "callshield_capacity_calls",
+            "Admission's estimate of the calls this node can analyse (ceiling included)",
+            registry=r,
+        )
+        self.capacity_seeded = Gauge(
+            "callshield_capacity_seeded_calls",
+            "The estimate from the pre-warm timings (pool full), before any call",
+            registry=r,
+        )
         self.calls_refused = Counter(
             "callshield_calls_refused_total",
             "Calls not analysed for capacity, by policy (refuse, shed)",

@@ -2,7 +2,8 @@
 together for the media process (the bridge builds one and feeds it every tick).
 
     runtime = DetectorRuntime(detectors, publisher)
-    runtime.start()                       # pre-warm every model and batch shape: ready
+    runtime.start()                       # pre-warm and time every model and batch shape,
+                                          # seed admission from the timings: ready
     decision = runtime.open_call("c1")    # admission: refused / shed / analysed
     runtime.add_leg("c1", stream_id, "caller", LegRole.EXTERNAL)
     every 20 ms: runtime.on_frames(ingest.pull_all(now_ns))
@@ -84,6 +85,10 @@ class RuntimeConfig:
     # extra windows the utterance ends cut, per hop-grid window, for admission's cost
     # estimate (measured on the g711 session eval, real speech: +14 % synthetic_voice)
     utterance_end_share: float = 0.14
+    # pre-warm timing runs per shape and per lane with the pool full, seeding admission's
+    # estimate before any call (detectors.prewarm_cost); 0: no seed, the estimate waits
+    # for traffic (the ceiling alone until the first batch)
+    prewarm_timing_reps: int = 3
 
 
 class DetectorRuntime:
@@ -133,8 +138,8 @@ class DetectorRuntime:
         )
         self._observer = observer
 
-        def observe(name: str, size: int, run_s: float, waits: list[float]) -> None:
-            self.admission.observe_batch(name, size, run_s, waits)
+        def observe(name: str, size: int, run_s: float, waits: list[float], busy: int) -> None:
+            self.admission.observe_batch(name, size, run_s, waits, busy)
             if self._observer is not None:
                 self._observer(name, size, run_s, waits)
 
@@ -145,7 +150,7 @@ class DetectorRuntime:
             workers=config.workers,
             config=config.lanes,
             metrics=self.metrics,
-            observer=observe,
+            load_observer=observe,
             clock=clock,
         )
         self._streams: dict[str, list[int]] = {}  # call id -> stream ids
@@ -155,7 +160,11 @@ class DetectorRuntime:
         return self.scheduler.ready
 
     def start(self) -> None:
-        self.scheduler.warm_up()
+        """Pre-warm (and time) every model and batch shape, seed admission's estimate
+        from the timings, then run."""
+        costs = self.scheduler.warm_up(self.config.prewarm_timing_reps)
+        if costs is not None:
+            self.admission.seed(costs)
         self.scheduler.start()
 
     def close(self) -> None:

@@ -5,9 +5,12 @@ windows and nothing else stalls (DESIGN §3).
 Per detector a lane holds a queue. The dispatcher thread starts a batch when the lane
 has ``max_batch`` windows, its oldest has waited ``max_wait_s`` or an ``urgent`` window
 (one cut at an utterance end, whose score an alert may wait on) is queued, and the lane
-has fewer than ``max_inflight`` batches running. A worker copies each window once, from
-the frame bank's ring into a preallocated batch tensor, runs the detector (ONNX
-Runtime releases the GIL) and hands one ``WindowResult`` per window to the sink.
+has fewer than ``max_inflight`` batches running; a batch takes the oldest windows, but
+with more queued than one batch holds, the urgent ones first. A worker copies each
+window once, from the frame bank's ring into a preallocated batch tensor, runs the
+detector (ONNX Runtime releases the GIL) and hands one ``WindowResult`` per window to
+the sink. Pre-warm runs every batch shape once and, asked to, times them alone and with
+the pool full (``detectors.prewarm_cost``: admission's seed).
 
 Isolation: a window still queued at its deadline (``ready_at + deadline_s``) is
 unavailable (``deadline``); a batch running past its deadline is settled unavailable by
@@ -33,12 +36,16 @@ import numpy as np
 from detectors.alert_schema import Abstention
 from detectors.contract import BatchOutput, Detector, FloatArray, WindowResult
 from detectors.metrics import DetectorMetrics
+from detectors.prewarm_cost import PrewarmCosts, TimedLane, measure
 from detectors.windowing import FrameBank, WindowJob
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[WindowResult], None]
 BatchObserver = Callable[[str, int, float, list[float]], None]  # name, size, run s, waits
+# as BatchObserver, plus the most batches the pool ran at once during this one (itself
+# included): admission tells a quiet pool's cost from a full pool's by it
+LoadObserver = Callable[[str, int, float, list[float], int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,7 @@ class _Batch:
     started: float
     deadline: float
     settled: bool = False
+    pool_peak: int = 0  # the most batches running on the pool at once during this one
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -91,6 +99,24 @@ class _Lane:
         return self.detector.spec.name
 
 
+def _take(lane: _Lane) -> list[WindowJob]:
+    """The next batch's windows off the lane's queue (under the lock): the oldest, but
+    with more queued than a batch holds, the urgent (utterance-end) windows first, so a
+    backlog delays least the windows an alert waits on. The rest keep their order."""
+    q, n = lane.queue, lane.config.max_batch
+    taken: list[WindowJob] = []
+    if lane.urgent > 0 and len(q) > n:
+        kept: deque[WindowJob] = deque()
+        for job in q:
+            (taken if job.urgent and len(taken) < n else kept).append(job)
+        q.clear()
+        q.extend(kept)
+    while q and len(taken) < n:
+        taken.append(q.popleft())
+    lane.urgent -= sum(job.urgent for job in taken)
+    return taken
+
+
 class Scheduler:
     def __init__(
         self,
@@ -102,11 +128,16 @@ class Scheduler:
         config: LaneConfig | dict[str, LaneConfig] | None = None,
         metrics: DetectorMetrics | None = None,
         observer: BatchObserver | None = None,
+        load_observer: LoadObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sink, self._bank, self._clock = sink, bank, clock
         self.metrics = metrics or DetectorMetrics()
         self._observer = observer
+        self._load_observer = load_observer
+        self._workers = workers
+        self._running: list[_Batch] = []  # batches inside run_batch now, every lane
+        self.prewarm: PrewarmCosts | None = None
         self._lanes: dict[str, _Lane] = {}
         for d in detectors:
             cfg = lane_config(config, d)
@@ -128,12 +159,22 @@ class Scheduler:
 
     # ---- lifecycle ------------------------------------------------------------------
 
-    def warm_up(self) -> None:
-        """Run every detector once per batch shape; then the scheduler is ready."""
+    def warm_up(self, timing_reps: int = 0) -> PrewarmCosts | None:
+        """Run every detector once per batch shape; with ``timing_reps``, then time each
+        shape alone and every lane's full batch with the whole pool busy
+        (``detectors.prewarm_cost``, kept in ``prewarm``); then the scheduler is ready.
+        Run it before ``start``: the timing needs the pool's cores to itself."""
         for lane in self._lanes.values():
             lane.detector.warm_up(lane.config.warm_sizes())
+        if timing_reps > 0:
+            timed = [
+                TimedLane(lane.detector, lane.config.warm_sizes(), lane.config.max_inflight)
+                for lane in self._lanes.values()
+            ]
+            self.prewarm = measure(timed, self._workers, timing_reps)
         self.ready = True
         self.metrics.ready.set(1)
+        return self.prewarm
 
     def start(self) -> None:
         if self._thread is None:
@@ -242,9 +283,7 @@ class Scheduler:
             full = len(q) >= cfg.max_batch or lane.urgent > 0
             if full or now - oldest >= cfg.max_wait_s or self._closing:
                 jobs: list[WindowJob] = []
-                while q and len(jobs) < cfg.max_batch:
-                    job = q.popleft()
-                    lane.urgent -= job.urgent
+                for job in _take(lane):
                     if self._bank is not None and not self._bank.fresh(job):
                         expired.append((job, "stale"))
                     else:
@@ -266,6 +305,9 @@ class Scheduler:
         lane = batch.lane
         with self._cond:
             buf = lane.buffers.pop()
+            self._running.append(batch)
+            for running in self._running:
+                running.pool_peak = max(running.pool_peak, len(self._running))
         try:
             b = len(batch.jobs)
             for i, job in enumerate(batch.jobs):
@@ -283,6 +325,8 @@ class Scheduler:
                     lane.errors_logged.add(error)
                     log.warning("detector %s failed (%s: %s)", lane.name, error, exc)
             run_s = time.perf_counter() - t0
+            with self._cond:
+                self._running.remove(batch)
             if output is None:
                 self._settle_unavailable(batch, "error")
             else:
@@ -291,6 +335,8 @@ class Scheduler:
             with self._cond:
                 lane.buffers.append(buf)
                 lane.inflight.remove(batch)
+                if batch in self._running:  # a raise before run_batch returned
+                    self._running.remove(batch)
                 self._cond.notify()
 
     def _settle_scored(self, batch: _Batch, output: BatchOutput, run_s: float) -> None:
@@ -311,6 +357,8 @@ class Scheduler:
             m.queue_wait.labels(spec.name).observe(w)
         if self._observer is not None:
             self._observer(spec.name, b, run_s, waits)
+        if self._load_observer is not None:
+            self._load_observer(spec.name, b, run_s, waits, batch.pool_peak)
         for i, job in enumerate(batch.jobs):
             abst = output.abstentions[i] if output.abstentions else None
             emb = output.embeddings[i] if output.embeddings is not None else None

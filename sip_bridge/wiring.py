@@ -358,7 +358,14 @@ class Wiring:
             "outbox_writable": self._outbox_writable(),
         }
         ok = checks["models_warm"] and (checks["redis"] or checks["outbox_writable"])
-        details = {"checks": checks, "detectors": len(self.detectors)}
+        adm = self.runtime.admission
+        capacity = {  # admission's estimate, seeded by the pre-warm timings (issue 5)
+            "estimate": adm.capacity(),
+            "seeded": adm.seeded_capacity(),
+            "active": adm.active(),
+            "remaining": adm.remaining(),
+        }
+        details = {"checks": checks, "detectors": len(self.detectors), "capacity": capacity}
         return ok, details | {"policy_version": self.runtime.policy.version}
 
     def alive(self) -> tuple[bool, dict[str, Any]]:

@@ -458,6 +458,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             base_calls: list[ApiCall] = []
             load_calls: list[ApiCall] = []
             start_spans: list[float | None] = []
+            at_ready = wiring.runtime.admission.snapshot()  # seeded by the pre-warm timings
+            capacity_before: list[int] = []
+            capacity_after: list[int] = []
             try:
                 spread = _spread(wiring, args.arrival_spread_s, lead_s)
                 settle: list[float] = []
@@ -475,8 +478,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         calls_n, arrivals, spread.seconds, round_seed(args.arrival_seed, r)
                     )
                     settle.append(_settle(wiring))
+                    capacity_before.append(wiring.runtime.admission.capacity())
                     this_round = _round(host, load_audio, onsets, utt_s, starts)
                     start_spans.append(_start_span(this_round))
+                    capacity_after.append(wiring.runtime.admission.capacity())
                     load_calls += this_round
                 admission = wiring.runtime.admission.snapshot()  # after the last round
                 reach = _policy_reach(server.url, keys, wiring, changes)
@@ -536,6 +541,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "refused_reasons": _reasons(base_calls),
             "no_alert": base_missed,
         },
+        "admission_at_ready": at_ready,
+        "capacity_before_each_load_round": capacity_before,  # after its single-call round
+        "capacity_after_each_load_round": capacity_after,
         "admission_after_last_round": admission,
         "settle_before_rounds_s": [round(x, 2) for x in settle],
         "policy_reload_reach": summarize(reach, "ms"),

@@ -137,6 +137,10 @@ def test_the_command_reports_ready_with_dev_fixture_models(tmp_path: Path) -> No
         assert proc.poll() is None
         status, body = _get(url + "/metrics")
         assert status == 200 and b"callshield_detectors_ready 1.0" in body
+        # admission's estimate before any call: seeded by the pre-warm timings
+        seeded = json.loads(_get(url + "/ready")[1])["capacity"]["seeded"]
+        assert isinstance(seeded, int) and seeded > 0
+        assert f"callshield_capacity_seeded_calls {float(seeded)}".encode() in body
         assert _get(url + "/health")[0] == 200
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
