@@ -375,9 +375,22 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
     int bulk = !packet && !frac && bpu == jb->stride && first_slot + n_new <= jb->cap;
     if (bulk) { /* common case: one copy when the slots are back to back and all free */
         for (uint64_t i = 0; i < n_new; i++) bulk &= !jb->slot_state[first_slot + i];
-        if (bulk)
+        if (bulk) {
             memcpy(jb->slot_bytes + first_slot * bpu, h->payload + (first - pos) * bpu,
                    n_new * bpu);
+            /* what the loop below writes, without its per-unit tests: every slot is
+             * free, none wraps, and a unit is tpu whole ticks (clock_rate == jb's,
+             * a multiple of 400 Hz) */
+            const uint32_t ts0 = h->ts + (uint32_t)((uint64_t)(first - pos) * jb->tpu);
+            memset(jb->slot_state + first_slot, idx + 1, n_new);
+            jb->slot_state[first_slot] |= CS_SLOT_START;
+            for (uint64_t i = 0; i < n_new; i++) {
+                jb->slot_arrival[first_slot + i] = now;
+                jb->slot_ts[first_slot + i] = ts0 + (uint32_t)(i * jb->tpu);
+            }
+            written = n_new;
+            n_new = 0; /* skips the per-unit loop */
+        }
     }
     for (int64_t u = first; u < first + (int64_t)n_new; u++) {
         uint64_t slot = (uint64_t)u & jb->mask;

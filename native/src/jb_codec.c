@@ -38,17 +38,6 @@ static int opus_rate(uint32_t rate) {
     return rate == 8000 || rate == 12000 || rate == 16000 || rate == 24000 || rate == 48000;
 }
 
-uint32_t cs_jb_decoded_rate(const cs_pt_entry *pe, uint32_t out_rate) {
-    switch (pe->codec) {
-    case CS_CODEC_G722:
-        return 16000;
-    case CS_CODEC_OPUS: /* libopus decodes straight to the leg's rate */
-        return out_rate;
-    default:
-        return pe->clock_rate;
-    }
-}
-
 int cs_jb_check_pt(const cs_pt_entry *pe, uint32_t out_rate) {
     if (pe->pt > 127 || pe->clock_rate == 0) return -1;
     if (!cs_jb_is_audio(pe->codec))

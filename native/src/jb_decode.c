@@ -70,17 +70,37 @@ static void restart(cs_jb *jb, int idx, int64_t u) {
     }
 }
 
+/* Units from u on (at least 1, at most max <= 8) whose slots hold payload-table index
+ * pti - 1. Where the 8 state bytes from u's slot lie inside the ring, one 8-byte load
+ * compares them all (a loop over the bytes ended in a mispredicted exit per frame). */
+static inline uint32_t run_length(const cs_jb *jb, int64_t u, uint32_t max, uint8_t pti) {
+    const uint64_t slot = (uint64_t)u & jb->mask;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (max >= 1 && max <= 8 && slot + 8 <= jb->cap) {
+        const uint64_t ones = 0x0101010101010101ull, low7 = 0x7F7F7F7F7F7F7F7Full;
+        uint64_t w;
+        memcpy(&w, jb->slot_state + slot, 8); /* byte i: unit u + i (little endian) */
+        const uint64_t x = (w & (ones * CS_SLOT_PT_MASK)) ^ (ones * pti); /* 0: same pt */
+        uint64_t differs = (((x & low7) + low7) | x) & ~low7;  /* bit 7 of nonzero bytes */
+        if (max < 8) differs |= (uint64_t)0x80 << (8 * max); /* stop at max */
+        return differs ? (uint32_t)__builtin_ctzll(differs) / 8u : 8u;
+    }
+#endif
+    uint32_t run = 1;
+    while (run < max && (jb->slot_state[(uint64_t)(u + run) & jb->mask] & CS_SLOT_PT_MASK) == pti)
+        run++;
+    return run;
+}
+
 uint32_t cs_jb_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok) {
     uint8_t pti = jb->slot_state[(uint64_t)u & jb->mask] & CS_SLOT_PT_MASK;
     int idx = pti - 1;
     const cs_pt_entry *pe = &jb->cfg.pts[idx];
     if (pe->codec == CS_CODEC_OPUS) return cs_jb_opus_decode(jb, u, max, out, ok);
 
-    uint32_t run = 1;
-    while (run < max && (jb->slot_state[(uint64_t)(u + run) & jb->mask] & CS_SLOT_PT_MASK) == pti)
-        run++;
+    uint32_t run = run_length(jb, u, max, pti);
     if (u != jb->dec_pos || idx != jb->dec_idx) restart(jb, idx, u);
-    const uint32_t spu = jb->spu, bpu = cs_jb_bytes_per_unit(pe);
+    const uint32_t spu = jb->spu, bpu = jb->pth[idx].bpu; /* cs_jb_bytes_per_unit(pe) */
     const int direct = cs_jb_decoded_rate(pe, jb->cfg.out_rate) == jb->cfg.out_rate;
     const int frac = pe->clock_rate % CS_UNITS_PER_SECOND != 0; /* 44.1 kHz: unit by unit */
     int16_t native[MAX_RUN_SAMPLES], resampled[MAX_RUN_SAMPLES + 1];

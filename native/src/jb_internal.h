@@ -109,8 +109,18 @@ void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *units, uin
 int cs_jb_is_audio(uint8_t codec);
 /* Bytes one 2.5 ms unit occupies in the ring (Opus: the most it may take). */
 uint32_t cs_jb_bytes_per_unit(const cs_pt_entry *pe);
-/* Sample rate the codec decodes to before resampling to out_rate. */
-uint32_t cs_jb_decoded_rate(const cs_pt_entry *pe, uint32_t out_rate);
+/* Sample rate the codec decodes to before resampling to out_rate (inline: every
+ * decode asks). */
+static inline uint32_t cs_jb_decoded_rate(const cs_pt_entry *pe, uint32_t out_rate) {
+    switch (pe->codec) {
+    case CS_CODEC_G722:
+        return 16000;
+    case CS_CODEC_OPUS: /* libopus decodes straight to the leg's rate */
+        return out_rate;
+    default:
+        return pe->clock_rate;
+    }
+}
 /* 0 if the entry is usable on a ring at out_rate, else -1. */
 int cs_jb_check_pt(const cs_pt_entry *pe, uint32_t out_rate);
 
