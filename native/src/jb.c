@@ -371,27 +371,39 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
     /* 44.1 kHz: units of 110 or 111 ticks, each copied on its own */
     const uint32_t clk = pe->clock_rate, frac = clk % CS_UNITS_PER_SECOND != 0;
     const uint32_t bps = frac ? bpu / ((clk + CS_UNITS_PER_SECOND - 1) / CS_UNITS_PER_SECOND) : 0;
-    const int64_t tick0 = cs_jb_tick(pos, clk);
     int bulk = !packet && !frac && bpu == jb->stride && first_slot + n_new <= jb->cap;
     if (bulk) { /* common case: one copy when the slots are back to back and all free */
-        for (uint64_t i = 0; i < n_new; i++) bulk &= !jb->slot_state[first_slot + i];
+        uint8_t *const state = jb->slot_state + first_slot;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if (n_new - 1u < 8u && first_slot + 8 <= jb->cap) { /* one load tests them all */
+            uint64_t w; /* byte i: slot first_slot + i */
+            memcpy(&w, state, 8);
+            bulk = (w & (~0ull >> (64 - 8 * n_new))) == 0;
+        } else
+#endif
+        {
+            for (uint64_t i = 0; i < n_new; i++) bulk &= !state[i];
+        }
         if (bulk) {
             memcpy(jb->slot_bytes + first_slot * bpu, h->payload + (first - pos) * bpu,
                    n_new * bpu);
             /* what the loop below writes, without its per-unit tests: every slot is
              * free, none wraps, and a unit is tpu whole ticks (clock_rate == jb's,
              * a multiple of 400 Hz) */
-            const uint32_t ts0 = h->ts + (uint32_t)((uint64_t)(first - pos) * jb->tpu);
-            memset(jb->slot_state + first_slot, idx + 1, n_new);
-            jb->slot_state[first_slot] |= CS_SLOT_START;
-            for (uint64_t i = 0; i < n_new; i++) {
-                jb->slot_arrival[first_slot + i] = now;
-                jb->slot_ts[first_slot + i] = ts0 + (uint32_t)(i * jb->tpu);
+            const uint32_t tpu = jb->tpu, ts0 = h->ts + (uint32_t)((uint64_t)(first - pos) * tpu);
+            int64_t *const arrival = jb->slot_arrival + first_slot;
+            uint32_t *const ts = jb->slot_ts + first_slot;
+            memset(state, idx + 1, n_new);
+            state[0] |= CS_SLOT_START;
+            for (uint64_t i = 0; i < n_new; i++) { /* locals: no reload after each store */
+                arrival[i] = now;
+                ts[i] = ts0 + (uint32_t)i * tpu;
             }
             written = n_new;
             n_new = 0; /* skips the per-unit loop */
         }
     }
+    const int64_t tick0 = n_new ? cs_jb_tick(pos, clk) : 0;
     for (int64_t u = first; u < first + (int64_t)n_new; u++) {
         uint64_t slot = (uint64_t)u & jb->mask;
         if (jb->slot_state[slot]) continue; /* overlap with audio we already hold */

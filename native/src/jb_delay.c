@@ -31,9 +31,14 @@ void cs_delay_rebase(cs_delay_est *d) {
 static void update_target(cs_delay_est *d, int64_t max_rel_ns) {
     uint32_t b = (uint32_t)(max_rel_ns / (CS_DELAY_BUCKET_MS * 1000000LL));
     if (b >= CS_DELAY_BUCKETS) b = CS_DELAY_BUCKETS - 1;
-    /* Start fast: the first observations weigh as much as the forgetting allows. */
-    double forget = 1.0 - 1.0 / (double)(d->updates + 2);
-    if (forget > FORGET) forget = FORGET;
+    /* Start fast: the first observations weigh as much as the forgetting allows. From
+     * the 63rd update on, 1 - 1/(updates + 2) >= 1 - 1/64 is far above FORGET: the
+     * clamp's result, without the division. */
+    double forget = FORGET;
+    if (d->updates < 62) {
+        forget = 1.0 - 1.0 / (double)(d->updates + 2);
+        if (forget > FORGET) forget = FORGET;
+    }
     d->updates++;
     /* Forgetting without touching every bucket: instead of scaling the old mass down
      * by `forget`, scale the new observation up by 1/forget (stored = true * scale). */
