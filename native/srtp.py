@@ -26,6 +26,7 @@ SRTP_ERRORS: Final = {
     int(lib.CS_SRTP_ERR_AUTH): "auth",
     int(lib.CS_SRTP_ERR_REPLAY): "replay",
     int(lib.CS_SRTP_ERR_NO_KEY): "no_key",
+    int(lib.CS_SRTP_ERR_SSRC_LIMIT): "ssrc_limit",
 }
 
 
@@ -60,7 +61,7 @@ def key_length(suite: str) -> int:
 
 class SrtpContext:
     """One SRTP crypto context (not thread-safe). ``unprotect`` keeps the receiver's
-    index, ROC and replay window; ``protect`` takes the sender's ROC explicitly."""
+    index, ROC and replay window per SSRC; ``protect`` takes the sender's ROC explicitly."""
 
     def __init__(self, suite: str, key_salt: bytes, mki: bytes = b"") -> None:
         ptr = lib.cs_srtp_new()
@@ -92,7 +93,8 @@ class SrtpContext:
         return bytes(ffi.buffer(self._buf, self._len[0]))
 
     def unprotect(self, packet: bytes) -> tuple[str, bytes]:
-        """("ok", plain RTP) or (reason, b"") with reason malformed/auth/replay/no_key."""
+        """("ok", plain RTP) or (reason, b"") with reason malformed/auth/replay/no_key/
+        ssrc_limit (index, ROC and replay window are per SSRC, at most CS_SRTP_MAX_SSRCS)."""
         n = len(packet)
         if n > 65536:
             return "malformed", b""

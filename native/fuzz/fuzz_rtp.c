@@ -99,7 +99,7 @@ static void check_srtp(const uint8_t *data, size_t size)
         memcpy(copy, data, size);
         size_t len = size;
         int rc = cs_srtp_unprotect(rx[s], copy, &len);
-        FUZZ_ASSERT(rc >= CS_SRTP_OK && rc <= CS_SRTP_ERR_NO_KEY && rc != CS_SRTP_ERR_NO_KEY);
+        FUZZ_ASSERT(rc >= CS_SRTP_OK && rc <= CS_SRTP_ERR_SSRC_LIMIT && rc != CS_SRTP_ERR_NO_KEY);
         FUZZ_ASSERT(rc != CS_SRTP_OK); /* a random input never carries a valid tag */
         memcpy(buf, data, size);
         len = size;

@@ -182,6 +182,7 @@ typedef struct {
     uint64_t srtp_auth_failed; /* tag or MKI mismatch: tampered, foreign or old key */
     uint64_t srtp_replayed;    /* index seen before or older than the replay window */
     uint64_t srtp_malformed;   /* not RTP, or too short for header + MKI + tag */
+    uint64_t srtp_ssrc_limit;  /* authentic, but a new SSRC past CS_SRTP_MAX_SSRCS per key */
     uint64_t srtcp_ignored;    /* RTCP-multiplexed (SRTCP) datagrams: not needed */
     uint64_t stream_lock_waits; /* the receiver found a stream's mutex held (a pull or a
                                  * control call) and waited for it */
@@ -230,6 +231,7 @@ typedef struct {
     uint64_t srtp_auth_failed;
     uint64_t srtp_replayed;
     uint64_t srtp_malformed;
+    uint64_t srtp_ssrc_limit;
     uint64_t srtcp_ignored;
     uint64_t srtp_rekeys;      /* new keys installed after the first */
 } cs_stream_counters;

@@ -136,6 +136,10 @@ static int srtp_step(cs_ingest *ing, ingest_slot *s, int i, size_t *len) {
         s->c.srtp_replayed++;
         BUMP(ing->counters.srtp_replayed, 1);
         return -1;
+    case CS_SRTP_ERR_SSRC_LIMIT:
+        s->c.srtp_ssrc_limit++;
+        BUMP(ing->counters.srtp_ssrc_limit, 1);
+        return -1;
     default:
         s->c.srtp_malformed++;
         BUMP(ing->counters.srtp_malformed, 1);

@@ -33,6 +33,15 @@ enum {
 
 typedef unsigned __int128 window_t;
 
+/* One SSRC's receive state under the key (RFC 3711 3.2.3: keys may be shared across
+ * SSRCs, ROC and replay list may not). Claimed only by an authenticated packet. */
+typedef struct {
+    window_t window;            /* bit k: index (highest - k) was received */
+    uint64_t highest;           /* highest authenticated index (ROC << 16 | SEQ) */
+    uint32_t ssrc;
+    int used;                   /* an authenticated packet of ssrc was seen under this key */
+} rx_state;
+
 struct cs_srtp {
     int suite;
     uint32_t tag_len;
@@ -44,9 +53,7 @@ struct cs_srtp {
     EVP_CIPHER_CTX *cipher;     /* session key: AES-128-CTR or AES-128-GCM */
     SHA_CTX inner;              /* SHA-1 state after (k_a ^ ipad) */
     SHA_CTX outer;              /* SHA-1 state after (k_a ^ opad) */
-    int started;                /* an authenticated packet was seen under this key */
-    uint64_t highest;           /* highest authenticated index (ROC << 16 | SEQ) */
-    window_t window;            /* bit k: index (highest - k) was received */
+    rx_state rx[CS_SRTP_MAX_SSRCS]; /* per SSRC, in the order first authenticated */
 };
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
@@ -235,15 +242,15 @@ static size_t header_len(const uint8_t *p, size_t len)
 }
 
 /* RFC 3711 Appendix A: the index closest to the highest one seen. -1 when it would
- * need a ROC outside 0..2^32-1 (before the first packet of the key: too old). */
-static int estimate(const cs_srtp *ctx, uint16_t seq, uint64_t *index)
+ * need a ROC outside 0..2^32-1 (before the first packet of the SSRC: too old). */
+static int estimate(const rx_state *st, uint16_t seq, uint64_t *index)
 {
-    if (!ctx->started) {
+    if (!st->used) {
         *index = seq;
         return 0;
     }
-    int64_t roc = (int64_t)(ctx->highest >> 16), v = roc;
-    int s_l = (int)(ctx->highest & 0xFFFFu), s = seq;
+    int64_t roc = (int64_t)(st->highest >> 16), v = roc;
+    int s_l = (int)(st->highest & 0xFFFFu), s = seq;
     if (s_l < 32768) {
         if (s - s_l > 32768)
             v = roc - 1;
@@ -256,27 +263,49 @@ static int estimate(const cs_srtp *ctx, uint16_t seq, uint64_t *index)
     return 0;
 }
 
-static int replayed(const cs_srtp *ctx, uint64_t index)
+static int replayed(const rx_state *st, uint64_t index)
 {
-    if (!ctx->started || index > ctx->highest)
+    if (!st->used || index > st->highest)
         return 0;
-    uint64_t d = ctx->highest - index;
-    return d >= CS_SRTP_WINDOW || ((ctx->window >> d) & 1u);
+    uint64_t d = st->highest - index;
+    return d >= CS_SRTP_WINDOW || ((st->window >> d) & 1u);
 }
 
-static void commit(cs_srtp *ctx, uint64_t index)
+static void commit(rx_state *st, uint64_t index)
 {
-    if (!ctx->started) {
-        ctx->started = 1;
-        ctx->highest = index;
-        ctx->window = 1;
-    } else if (index > ctx->highest) {
-        uint64_t d = index - ctx->highest;
-        ctx->window = d >= CS_SRTP_WINDOW ? 1 : (ctx->window << d) | 1u;
-        ctx->highest = index;
+    if (!st->used) {
+        st->used = 1;
+        st->highest = index;
+        st->window = 1;
+    } else if (index > st->highest) {
+        uint64_t d = index - st->highest;
+        st->window = d >= CS_SRTP_WINDOW ? 1 : (st->window << d) | 1u;
+        st->highest = index;
     } else {
-        ctx->window |= (window_t)1 << (ctx->highest - index);
+        st->window |= (window_t)1 << (st->highest - index);
     }
+}
+
+/* The state of ssrc, or NULL when it has none yet under this key. */
+static rx_state *state_of(cs_srtp *ctx, uint32_t ssrc)
+{
+    for (int i = 0; i < CS_SRTP_MAX_SSRCS; i++)
+        if (ctx->rx[i].used && ctx->rx[i].ssrc == ssrc)
+            return &ctx->rx[i];
+    return NULL;
+}
+
+/* A free slot for a new SSRC whose first packet authenticated, or NULL when all are
+ * taken. Slots are never evicted under a key: an evicted SSRC would start again at a
+ * blank replay window, and its old packets would be accepted a second time. */
+static rx_state *claim(cs_srtp *ctx, uint32_t ssrc)
+{
+    for (int i = 0; i < CS_SRTP_MAX_SSRCS; i++)
+        if (!ctx->rx[i].used) {
+            ctx->rx[i].ssrc = ssrc;
+            return &ctx->rx[i];
+        }
+    return NULL;
 }
 
 /* AES-CM counter block: (salt * 2^16) ^ (SSRC * 2^64) ^ (index * 2^16). */
@@ -343,16 +372,21 @@ int cs_srtp_unprotect(cs_srtp *ctx, uint8_t *pkt, size_t *len)
     size_t trailer = (size_t)ctx->tag_len + ctx->mki_len;
     if (!h || n - h < trailer)
         return CS_SRTP_ERR_MALFORMED;
-    uint64_t index;
-    if (estimate(ctx, rd16(pkt + 2), &index) || replayed(ctx, index))
-        return CS_SRTP_ERR_REPLAY;
+    static const rx_state fresh; /* an SSRC not seen yet: ROC 0, empty window */
     uint32_t ssrc = rd32(pkt + 8);
+    rx_state *st = state_of(ctx, ssrc);
+    uint64_t index;
+    if (estimate(st ? st : &fresh, rd16(pkt + 2), &index) ||
+        replayed(st ? st : &fresh, index))
+        return CS_SRTP_ERR_REPLAY;
     size_t end = n - trailer; /* end of the encrypted portion */
     if (ctx->suite == CS_SRTP_AEAD_AES_128_GCM) {
         if (ctx->mki_len && CRYPTO_memcmp(pkt + n - ctx->mki_len, ctx->mki, ctx->mki_len))
             return CS_SRTP_ERR_AUTH;
         if (gcm_crypt(ctx, pkt, h, end, ssrc, index, 0))
             return CS_SRTP_ERR_AUTH;
+        if (!st && !(st = claim(ctx, ssrc)))
+            return CS_SRTP_ERR_SSRC_LIMIT; /* authentic, but no room: dropped */
     } else {
         uint8_t mac[SHA_DIGEST_LENGTH];
         hmac(ctx, pkt, end, (uint32_t)(index >> 16), mac);
@@ -361,10 +395,12 @@ int cs_srtp_unprotect(cs_srtp *ctx, uint8_t *pkt, size_t *len)
             bad |= CRYPTO_memcmp(pkt + end, ctx->mki, ctx->mki_len) != 0;
         if (bad)
             return CS_SRTP_ERR_AUTH;
+        if (!st && !(st = claim(ctx, ssrc)))
+            return CS_SRTP_ERR_SSRC_LIMIT; /* authentic, but no room: not decrypted */
         if (ctr_crypt(ctx, pkt + h, end - h, ssrc, index))
             return CS_SRTP_ERR_AUTH;
     }
-    commit(ctx, index);
+    commit(st, index);
     *len = end;
     return CS_SRTP_OK;
 }
@@ -397,6 +433,7 @@ int cs_srtp_protect(cs_srtp *ctx, uint8_t *pkt, size_t *len, size_t cap, uint32_
 
 const char *cs_srtp_error_name(int code)
 {
-    static const char *const names[] = {"ok", "malformed", "auth", "replay", "no_key"};
+    static const char *const names[] = {"ok", "malformed", "auth", "replay", "no_key",
+                                         "ssrc_limit"};
     return code >= 0 && code < (int)(sizeof names / sizeof names[0]) ? names[code] : "unknown";
 }

@@ -1,7 +1,8 @@
 /* SRTP receive side (native/src/srtp_rx.c): RFC 3711 Appendix B.2 (AES-CM keystream) and
  * B.3 (key derivation), RFC 7714 16.1.1 (AEAD_AES_128_GCM), tampering at every byte,
- * replay window, ROC rollover, MKI, re-keying, malformed input and no allocation per
- * packet. Interop with an independent implementation (libsrtp through pylibsrtp) is in
+ * replay window, ROC rollover, MKI, re-keying, per-SSRC index and replay state under one
+ * key (its 4-SSRC limit, forged SSRCs taking no slot), malformed input and no allocation
+ * per packet. Interop with an independent implementation (libsrtp through pylibsrtp) is in
  * tests/native/test_srtp_interop.py. */
 #include "cs_test.h"
 
@@ -191,6 +192,157 @@ static int round_trip(cs_srtp *tx, cs_srtp *rx, uint16_t seq, uint32_t roc)
     return cs_srtp_unprotect(rx, buf, &len);
 }
 
+/* Packet seq of ssrc under tx's key with the sender's ROC, unprotected by rx; on
+ * CS_SRTP_OK the plain packet must equal what was protected. */
+static int ssrc_trip(cs_srtp *tx, cs_srtp *rx, uint32_t ssrc, uint16_t seq, uint32_t roc)
+{
+    uint8_t buf[256], plain[256];
+    size_t len = make_rtp(buf, seq, ssrc, 20), plen = make_rtp(plain, seq, ssrc, 20);
+    if (cs_srtp_protect(tx, buf, &len, sizeof buf, roc) != CS_SRTP_OK)
+        return -1;
+    int rc = cs_srtp_unprotect(rx, buf, &len);
+    if (rc == CS_SRTP_OK && (len != plen || memcmp(buf, plain, plen) != 0))
+        return -2;
+    return rc;
+}
+
+/* The protected form of packet seq of ssrc (ROC roc) into out; its length. */
+static size_t wire(cs_srtp *tx, uint32_t ssrc, uint16_t seq, uint32_t roc, uint8_t out[256])
+{
+    size_t len = make_rtp(out, seq, ssrc, 20);
+    return cs_srtp_protect(tx, out, &len, 256, roc) == CS_SRTP_OK ? len : 0;
+}
+
+static int unprotect_copy(cs_srtp *rx, const uint8_t *pkt, size_t len)
+{
+    uint8_t buf[256];
+    memcpy(buf, pkt, len);
+    return cs_srtp_unprotect(rx, buf, &len);
+}
+
+/* RFC 3711 3.2.3: the peer changes SSRC under the same SDES key (a transfer). The new
+ * SSRC starts its own index at ROC 0 whatever the old one reached (before: after A's
+ * seq 40009, B at 1000 failed auth and C at 30000 was a replay), and each SSRC keeps its
+ * own replay window: A's old packets stay refused after B and back to A. */
+static void test_srtp_ssrc_change_under_one_key(void)
+{
+    enum { A = 0xA0A0A0A0u, B = 0xB0B0u, C = 0xC0C0C0u };
+    for (int s = 0; s < 3; s++) {
+        cs_srtp *tx = keyed(SUITES[s], NULL, 0), *rx = keyed(SUITES[s], NULL, 0);
+        REQUIRE(tx && rx);
+        uint8_t old_a[3][256];
+        size_t old_len[3];
+        for (uint32_t q = 39990; q <= 40009; q++)
+            if (q != 39996) /* comes late, below */
+                CHECK_EQ(ssrc_trip(tx, rx, A, (uint16_t)q, 0), CS_SRTP_OK);
+        old_len[0] = wire(tx, A, 40009, 0, old_a[0]); /* already received */
+        old_len[1] = wire(tx, A, 39995, 0, old_a[1]); /* inside A's window, received */
+        old_len[2] = wire(tx, A, 39000, 0, old_a[2]); /* older than A's window */
+        for (uint32_t q = 1000; q < 1010; q++)
+            CHECK_EQ(ssrc_trip(tx, rx, B, (uint16_t)q, 0), CS_SRTP_OK);
+        CHECK_EQ(ssrc_trip(tx, rx, B, 1005, 0), CS_SRTP_ERR_REPLAY);
+        CHECK_EQ(ssrc_trip(tx, rx, C, 30000, 0), CS_SRTP_OK);
+        CHECK_EQ(ssrc_trip(tx, rx, C, 30001, 0), CS_SRTP_OK);
+        for (int k = 0; k < 3; k++) { /* after B and C: A's past is still A's */
+            REQUIRE(old_len[k] > 0);
+            CHECK_EQ(unprotect_copy(rx, old_a[k], old_len[k]), CS_SRTP_ERR_REPLAY);
+        }
+        CHECK_EQ(ssrc_trip(tx, rx, A, 40010, 0), CS_SRTP_OK); /* back to A, where it was */
+        CHECK_EQ(ssrc_trip(tx, rx, A, 39996, 0), CS_SRTP_OK); /* late, inside A's window */
+        for (int k = 0; k < 3; k++)
+            CHECK_EQ(unprotect_copy(rx, old_a[k], old_len[k]), CS_SRTP_ERR_REPLAY);
+        CHECK_EQ(ssrc_trip(tx, rx, B, 1009, 0), CS_SRTP_ERR_REPLAY);
+        CHECK_EQ(ssrc_trip(tx, rx, B, 1010, 0), CS_SRTP_OK);
+        /* each SSRC wraps on its own: B across 65535 -> 0 at ROC 1, A still at ROC 0 */
+        CHECK_EQ(ssrc_trip(tx, rx, B, 30000, 0), CS_SRTP_OK);
+        CHECK_EQ(ssrc_trip(tx, rx, B, 60000, 0), CS_SRTP_OK);
+        CHECK_EQ(ssrc_trip(tx, rx, B, 200, 1), CS_SRTP_OK);
+        CHECK_EQ(ssrc_trip(tx, rx, A, 40011, 0), CS_SRTP_OK);
+        CHECK_EQ(ssrc_trip(tx, rx, A, 40012, 1), CS_SRTP_ERR_AUTH); /* A has not wrapped */
+        cs_srtp_free(tx);
+        cs_srtp_free(rx);
+    }
+}
+
+/* Forged packets with distinct SSRCs (wrong tag, or another key) take no slot; four
+ * authentic SSRCs do; an authentic fifth is CS_SRTP_ERR_SSRC_LIMIT (not decrypted, not
+ * remembered), a forged fifth stays an auth failure; the four keep working. */
+static void test_srtp_ssrc_limit_and_forged_ssrcs(void)
+{
+    uint8_t other[30];
+    for (int i = 0; i < 30; i++)
+        other[i] = (uint8_t)(200 - i);
+    for (int s = 0; s < 3; s++) {
+        cs_srtp *tx = keyed(SUITES[s], NULL, 0), *rx = keyed(SUITES[s], NULL, 0);
+        cs_srtp *forger = cs_srtp_new();
+        REQUIRE(tx && rx && forger);
+        size_t klen = SUITES[s] == CS_SRTP_AEAD_AES_128_GCM ? 28 : 30;
+        REQUIRE(cs_srtp_set_key(forger, SUITES[s], other, klen, NULL, 0) == 1);
+        for (uint32_t i = 0; i < 500; i++) {
+            uint8_t pkt[256];
+            size_t len = wire(tx, 0x10000u + i, (uint16_t)(7 * i), 0, pkt);
+            REQUIRE(len > 0);
+            pkt[len - 1] ^= 0x20; /* our key, a broken tag */
+            CHECK_EQ(unprotect_copy(rx, pkt, len), CS_SRTP_ERR_AUTH);
+            CHECK_EQ(ssrc_trip(forger, rx, 0x20000u + i, (uint16_t)i, 0), CS_SRTP_ERR_AUTH);
+        }
+        for (uint32_t k = 0; k < CS_SRTP_MAX_SSRCS; k++)
+            CHECK_EQ(ssrc_trip(tx, rx, 100 + k, (uint16_t)(5000 * k), 0), CS_SRTP_OK);
+        uint8_t fifth[256];
+        size_t flen = wire(tx, 999, 42, 0, fifth);
+        REQUIRE(flen > 0);
+        CHECK_EQ(unprotect_copy(rx, fifth, flen), CS_SRTP_ERR_SSRC_LIMIT);
+        CHECK_EQ(unprotect_copy(rx, fifth, flen), CS_SRTP_ERR_SSRC_LIMIT); /* not a replay */
+        CHECK_EQ(ssrc_trip(forger, rx, 998, 42, 0), CS_SRTP_ERR_AUTH);
+        for (uint32_t k = 0; k < CS_SRTP_MAX_SSRCS; k++) { /* nobody was evicted */
+            CHECK_EQ(ssrc_trip(tx, rx, 100 + k, (uint16_t)(5000 * k), 0), CS_SRTP_ERR_REPLAY);
+            CHECK_EQ(ssrc_trip(tx, rx, 100 + k, (uint16_t)(5000 * k + 1), 0), CS_SRTP_OK);
+        }
+        CHECK(strcmp(cs_srtp_error_name(CS_SRTP_ERR_SSRC_LIMIT), "ssrc_limit") == 0);
+        cs_srtp_free(tx);
+        cs_srtp_free(rx);
+        cs_srtp_free(forger);
+    }
+}
+
+/* A repeated a=crypto keeps the SSRC table; a new key (re-INVITE), a session install or
+ * clear + key empties it: four fresh SSRCs fit again and an old one restarts at ROC 0. */
+static void test_srtp_set_key_resets_ssrcs(void)
+{
+    uint8_t k1[30], k2[30];
+    for (int i = 0; i < 30; i++) {
+        k1[i] = (uint8_t)(i * 3);
+        k2[i] = (uint8_t)(77 + i);
+    }
+    cs_srtp *tx = cs_srtp_new(), *rx = cs_srtp_new();
+    REQUIRE(tx && rx);
+    int suite = CS_SRTP_AES_CM_128_HMAC_SHA1_80;
+    CHECK_EQ(cs_srtp_set_key(tx, suite, k1, 30, NULL, 0), 1);
+    CHECK_EQ(cs_srtp_set_key(rx, suite, k1, 30, NULL, 0), 1);
+    for (uint32_t k = 0; k < CS_SRTP_MAX_SSRCS; k++) {
+        CHECK_EQ(ssrc_trip(tx, rx, 10 + k, 65535, 0), CS_SRTP_OK);
+        CHECK_EQ(ssrc_trip(tx, rx, 10 + k, 1, 1), CS_SRTP_OK); /* each at ROC 1 */
+    }
+    CHECK_EQ(ssrc_trip(tx, rx, 50, 1, 0), CS_SRTP_ERR_SSRC_LIMIT);
+    CHECK_EQ(cs_srtp_set_key(rx, suite, k1, 30, NULL, 0), 0); /* same a=crypto: kept */
+    CHECK_EQ(ssrc_trip(tx, rx, 50, 1, 0), CS_SRTP_ERR_SSRC_LIMIT);
+    CHECK_EQ(ssrc_trip(tx, rx, 10, 2, 1), CS_SRTP_OK);
+    CHECK_EQ(cs_srtp_set_key(tx, suite, k2, 30, NULL, 0), 1);
+    CHECK_EQ(cs_srtp_set_key(rx, suite, k2, 30, NULL, 0), 1); /* re-INVITE: new key */
+    CHECK_EQ(ssrc_trip(tx, rx, 10, 3, 1), CS_SRTP_ERR_AUTH);  /* index restarted: ROC 0 */
+    CHECK_EQ(ssrc_trip(tx, rx, 10, 3, 0), CS_SRTP_OK);
+    for (uint32_t k = 0; k < CS_SRTP_MAX_SSRCS - 1; k++)
+        CHECK_EQ(ssrc_trip(tx, rx, 50 + k, 1, 0), CS_SRTP_OK);
+    CHECK_EQ(ssrc_trip(tx, rx, 60, 1, 0), CS_SRTP_ERR_SSRC_LIMIT);
+    cs_srtp_clear(rx);
+    CHECK_EQ(ssrc_trip(tx, rx, 60, 1, 0), CS_SRTP_ERR_NO_KEY);
+    CHECK_EQ(cs_srtp_set_key(rx, suite, k2, 30, NULL, 0), 1);
+    CHECK_EQ(ssrc_trip(tx, rx, 60, 1, 0), CS_SRTP_OK);
+    CHECK_EQ(ssrc_trip(tx, rx, 10, 3, 0), CS_SRTP_OK); /* the old window went with it */
+    cs_srtp_free(tx);
+    cs_srtp_free(rx);
+}
+
 /* RFC 3711 3.3.2: duplicates and indices older than the 128-packet window are refused;
  * late packets inside it are accepted once. */
 static void test_srtp_replay_window(void)
@@ -357,6 +509,11 @@ static void test_srtp_no_allocation_per_packet(void)
                 CHECK_EQ(cs_srtp_unprotect(rx, copy, &l), again ? CS_SRTP_ERR_REPLAY : CS_SRTP_OK);
             }
         }
+        /* new SSRCs claiming slots, and one past the limit */
+        for (uint32_t k = 0; k < CS_SRTP_MAX_SSRCS + 1; k++) {
+            int rc = ssrc_trip(tx, rx, 1000 + k, 7, 0);
+            CHECK_EQ(rc, k < CS_SRTP_MAX_SSRCS - 1 ? CS_SRTP_OK : CS_SRTP_ERR_SSRC_LIMIT);
+        }
         counting = 0;
         CHECK_EQ(mallocs, 0);
         cs_srtp_free(tx);
@@ -373,6 +530,9 @@ static const cs_test_case srtp_cases[] = {
     {"replay_window", test_srtp_replay_window},
     {"roc_rollover", test_srtp_roc_rollover},
     {"rekey", test_srtp_rekey},
+    {"ssrc_change_under_one_key", test_srtp_ssrc_change_under_one_key},
+    {"ssrc_limit_and_forged_ssrcs", test_srtp_ssrc_limit_and_forged_ssrcs},
+    {"set_key_resets_ssrcs", test_srtp_set_key_resets_ssrcs},
     {"malformed", test_srtp_malformed},
     {"no_allocation_per_packet", test_srtp_no_allocation_per_packet},
 };
