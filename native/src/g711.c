@@ -47,8 +47,8 @@ int16_t cs_alaw_to_linear(uint8_t code) { return alaw_table[code]; }
 #include <immintrin.h>
 #define CS_G711_AVX2 1
 
-__attribute__((target("avx2"))) static void ulaw_decode_avx2(const uint8_t *in, int16_t *out,
-                                                             size_t n)
+CS_HOT __attribute__((target("avx2"))) static void ulaw_decode_avx2(const uint8_t *in,
+                                                                    int16_t *out, size_t n)
 {
     /* 1 << exponent in the low byte of each 16-bit lane (high index bit: a zero byte) */
     const __m256i pow = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, (char)128, 0, 0, 0, 0, 0, 0, 0,
@@ -59,7 +59,8 @@ __attribute__((target("avx2"))) static void ulaw_decode_avx2(const uint8_t *in, 
     const __m128i inv = _mm_set1_epi8((char)0xFF);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256i v = _mm256_cvtepu8_epi16(_mm_xor_si128(_mm_loadu_si128((const void *)(in + i)), inv));
+        __m128i c = _mm_xor_si128(_mm_loadu_si128((const void *)(in + i)), inv);
+        __m256i v = _mm256_cvtepu8_epi16(c);
         __m256i e = _mm256_and_si256(_mm256_srli_epi16(v, 4), seven);
         __m256i p = _mm256_shuffle_epi8(pow, _mm256_or_si256(e, hi));
         __m256i m = _mm256_add_epi16(_mm256_slli_epi16(_mm256_and_si256(v, low4), 3), bias);
@@ -71,8 +72,8 @@ __attribute__((target("avx2"))) static void ulaw_decode_avx2(const uint8_t *in, 
         out[i] = ulaw_table[in[i]];
 }
 
-__attribute__((target("avx2"))) static void alaw_decode_avx2(const uint8_t *in, int16_t *out,
-                                                             size_t n)
+CS_HOT __attribute__((target("avx2"))) static void alaw_decode_avx2(const uint8_t *in,
+                                                                    int16_t *out, size_t n)
 {
     /* segment 0 and 1 are not shifted, segment s > 1 by s - 1 */
     const __m256i pow = _mm256_setr_epi8(1, 1, 2, 4, 8, 16, 32, 64, 0, 0, 0, 0, 0, 0, 0, 0, 1,
@@ -84,7 +85,8 @@ __attribute__((target("avx2"))) static void alaw_decode_avx2(const uint8_t *in, 
     const __m128i key = _mm_set1_epi8(0x55);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256i v = _mm256_cvtepu8_epi16(_mm_xor_si128(_mm_loadu_si128((const void *)(in + i)), key));
+        __m128i c = _mm_xor_si128(_mm_loadu_si128((const void *)(in + i)), key);
+        __m256i v = _mm256_cvtepu8_epi16(c);
         __m256i s = _mm256_and_si256(_mm256_srli_epi16(v, 4), seven);
         __m256i p = _mm256_shuffle_epi8(pow, _mm256_or_si256(s, hi));
         __m256i add = _mm256_add_epi16(add1, _mm256_and_si256(_mm256_cmpeq_epi16(s, zero), add0));
@@ -98,7 +100,7 @@ __attribute__((target("avx2"))) static void alaw_decode_avx2(const uint8_t *in, 
 }
 #endif
 
-void cs_ulaw_decode(const uint8_t *in, int16_t *out, size_t n)
+CS_HOT void cs_ulaw_decode(const uint8_t *in, int16_t *out, size_t n)
 {
 #ifdef CS_G711_AVX2
     if (n >= 16 && __builtin_cpu_supports("avx2")) {
@@ -111,7 +113,7 @@ void cs_ulaw_decode(const uint8_t *in, int16_t *out, size_t n)
         out[i] = ulaw_table[in[i]];
 }
 
-void cs_alaw_decode(const uint8_t *in, int16_t *out, size_t n)
+CS_HOT void cs_alaw_decode(const uint8_t *in, int16_t *out, size_t n)
 {
 #ifdef CS_G711_AVX2
     if (n >= 16 && __builtin_cpu_supports("avx2")) {

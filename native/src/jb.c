@@ -118,7 +118,7 @@ void cs_jb_prefetch(const cs_jb *jb) {
     __builtin_prefetch((const char *)&jb->st + 64, 1);
 }
 
-int cs_jb_next_lines(const cs_jb *jb, const void **out) {
+CS_HOT int cs_jb_next_lines(const cs_jb *jb, const void **out) {
     if (!jb->anchored) return 0;
     int n = 0;
     uint64_t slot = (uint64_t)jb->high_pos & jb->mask;
@@ -143,7 +143,7 @@ int cs_jb_next_lines(const cs_jb *jb, const void **out) {
 /* Before the sequence and delay work: start loading what an in-order packet will write
  * (cs_jb_next_lines), so those misses overlap the work instead of following it (a
  * receiver that prefetched them a leg ahead finds them loaded already). */
-static void prefetch_next(const cs_jb *jb) {
+CS_HOT static void prefetch_next(const cs_jb *jb) {
     const void *lines[CS_JB_HINTS];
     int n = cs_jb_next_lines(jb, lines);
     for (int i = 0; i < n; i++) __builtin_prefetch(lines[i], 1);
@@ -156,7 +156,8 @@ int cs_jb_take_dtmf(cs_jb *jb, cs_dtmf_event *out, int max) {
     return cs_dtmf_take(&jb->dtmf, out, max);
 }
 
-void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *units, uint64_t *pkts) {
+CS_HOT void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *units,
+                              uint64_t *pkts) {
     for (int64_t u = from; u < to; u++) {
         uint8_t *state = &jb->slot_state[(uint64_t)u & jb->mask];
         if (*state) {
@@ -211,7 +212,7 @@ static void anchor(cs_jb *jb, uint32_t ts, uint32_t clock_rate) {
     cs_delay_rebase(&jb->delay);
 }
 
-static int64_t unwrap_ts(cs_jb *jb, uint32_t ts, int update) {
+CS_HOT static int64_t unwrap_ts(cs_jb *jb, uint32_t ts, int update) {
     int32_t diff = (int32_t)(ts - jb->last_ts32);
     int64_t ext = jb->ts_high + diff;
     if (update && diff > 0) {
@@ -222,7 +223,7 @@ static int64_t unwrap_ts(cs_jb *jb, uint32_t ts, int update) {
 }
 
 /* Rounded to the nearest unit (44.1 kHz: group of four units, 441 ticks). */
-static int64_t pos_of(cs_jb *jb, int64_t ts_ext, int *misaligned) {
+CS_HOT static int64_t pos_of(cs_jb *jb, int64_t ts_ext, int *misaligned) {
     int64_t d = ts_ext - jb->anchor_ts;
     int64_t g = (int64_t)jb->group;      /* cached by anchor() with clock_rate */
     int64_t per = (int64_t)jb->group_ticks; /* ticks per group */
@@ -231,7 +232,7 @@ static int64_t pos_of(cs_jb *jb, int64_t ts_ext, int *misaligned) {
     return jb->pos_base + q * g;
 }
 
-static void rfc3550_jitter(cs_jb *jb, int64_t now_ns, int64_t ts_ext) {
+CS_HOT static void rfc3550_jitter(cs_jb *jb, int64_t now_ns, int64_t ts_ext) {
     /* transit in RTP units; relative times keep the products inside 64 bits */
     int64_t rel_ns = now_ns - jb->jitter_origin_ns;
     int64_t arrival_rtp = rel_ns / 1000 * (int64_t)jb->clock_rate / 1000000;
@@ -247,7 +248,8 @@ static void rfc3550_jitter(cs_jb *jb, int64_t now_ns, int64_t ts_ext) {
 }
 
 /* Units of the packet, or -1 if its payload is not a whole number of units. */
-static int64_t payload_units(const cs_jb *jb, const cs_jb_pt_hot *pe, const cs_rtp_header *h) {
+CS_HOT static int64_t payload_units(const cs_jb *jb, const cs_jb_pt_hot *pe,
+                                    const cs_rtp_header *h) {
     uint32_t bpu = pe->bpu;
     int64_t n;
     if (pe->codec == CS_CODEC_OPUS) {
@@ -291,7 +293,8 @@ static uint64_t store_packet(cs_jb *jb, const cs_rtp_header *h, int idx, int64_t
     return (uint64_t)(end - first);
 }
 
-static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome, int64_t now) {
+CS_HOT static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
+                               int64_t now) {
     const cs_jb_pt_hot *pe = &jb->pth[idx];
     uint32_t bpu = pe->bpu;
     int64_t n = payload_units(jb, pe, h);
@@ -438,7 +441,7 @@ static int insert_audio(cs_jb *jb, const cs_rtp_header *h, int idx, int outcome,
     return outcome;
 }
 
-int cs_jb_insert(cs_jb *jb, const cs_rtp_header *h, int64_t now_ns) {
+CS_HOT int cs_jb_insert(cs_jb *jb, const cs_rtp_header *h, int64_t now_ns) {
     prefetch_next(jb);
     jb->st.packets_received++;
     int idx = -1; /* payload types are unique in the table (cs_jb_new) */
@@ -517,7 +520,7 @@ int cs_jb_insert(cs_jb *jb, const cs_rtp_header *h, int64_t now_ns) {
     return outcome;
 }
 
-int cs_jb_insert_datagram(cs_jb *jb, const uint8_t *buf, size_t len, int64_t now_ns) {
+CS_HOT int cs_jb_insert_datagram(cs_jb *jb, const uint8_t *buf, size_t len, int64_t now_ns) {
     cs_rtp_header h;
     int err = cs_rtp_parse(buf, len, &h);
     if (err != CS_RTP_OK) return -err;

@@ -30,7 +30,7 @@ static void l16_decode(const uint8_t *src, int16_t *out, uint32_t n, int channel
 
 /* Decode `ticks` RTP ticks of units whose bytes are contiguous at src, at the codec's
  * own rate. Returns the samples written. */
-static uint32_t decode_fixed(cs_jb *jb, const cs_pt_entry *pe, const uint8_t *src,
+CS_HOT static uint32_t decode_fixed(cs_jb *jb, const cs_pt_entry *pe, const uint8_t *src,
                              uint32_t ticks, int16_t *out) {
     switch (pe->codec) {
     case CS_CODEC_PCMU:
@@ -92,7 +92,7 @@ static inline uint32_t run_length(const cs_jb *jb, int64_t u, uint32_t max, uint
     return run;
 }
 
-uint32_t cs_jb_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok) {
+CS_HOT uint32_t cs_jb_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok) {
     uint8_t pti = jb->slot_state[(uint64_t)u & jb->mask] & CS_SLOT_PT_MASK;
     int idx = pti - 1;
     const cs_pt_entry *pe = &jb->cfg.pts[idx];
@@ -134,7 +134,7 @@ uint32_t cs_jb_decode(cs_jb *jb, int64_t u, uint32_t max, int16_t *out, int *ok)
     return run;
 }
 
-int cs_jb_conceal(cs_jb *jb, int64_t u, uint32_t max, int16_t *out) {
+CS_HOT int cs_jb_conceal(cs_jb *jb, int64_t u, uint32_t max, int16_t *out) {
     if (jb->opus && jb->dec_idx >= 0 && jb->cfg.pts[jb->dec_idx].codec == CS_CODEC_OPUS)
         return cs_jb_opus_conceal(jb, u, max, out);
     memset(out, 0, jb->spu * sizeof *out); /* the next decode restarts (u != dec_pos) */

@@ -28,7 +28,7 @@ void cs_delay_rebase(cs_delay_est *d) {
     d->interval_max_ns = 0;
 }
 
-static void update_target(cs_delay_est *d, int64_t max_rel_ns) {
+CS_HOT static void update_target(cs_delay_est *d, int64_t max_rel_ns) {
     uint32_t b = (uint32_t)(max_rel_ns / (CS_DELAY_BUCKET_MS * 1000000LL));
     if (b >= CS_DELAY_BUCKETS) b = CS_DELAY_BUCKETS - 1;
     /* Start fast: the first observations weigh as much as the forgetting allows. From
@@ -67,7 +67,7 @@ static void update_target(cs_delay_est *d, int64_t max_rel_ns) {
     d->target_ms = target;
 }
 
-int64_t cs_delay_packet(cs_delay_est *d, int64_t arrival_ns, int64_t media_ns) {
+CS_HOT int64_t cs_delay_packet(cs_delay_est *d, int64_t arrival_ns, int64_t media_ns) {
     int64_t transit = arrival_ns - media_ns;
     /* Sliding-window minimum of transit over the last 2 s: a monotonic deque (transits
      * strictly increase from front to back). The new packet drops every entry from the

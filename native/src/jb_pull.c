@@ -28,13 +28,13 @@
 
 #define NONE INT64_MIN
 
-static int64_t next_present(const cs_jb *jb, int64_t from, int64_t to) {
+CS_HOT static int64_t next_present(const cs_jb *jb, int64_t from, int64_t to) {
     for (int64_t u = from; u < to; u++)
         if (jb->slot_state[(uint64_t)u & jb->mask]) return u;
     return NONE;
 }
 
-static void conceal_units(cs_jb *jb, uint32_t units) {
+CS_HOT static void conceal_units(cs_jb *jb, uint32_t units) {
     if (!jb->in_concealment) {
         jb->in_concealment = 1;
         jb->st.concealment_events++;
@@ -42,7 +42,7 @@ static void conceal_units(cs_jb *jb, uint32_t units) {
     jb->conceal_run += units;
 }
 
-static void end_concealment(cs_jb *jb) {
+CS_HOT static void end_concealment(cs_jb *jb) {
     if (jb->in_concealment && jb->conceal_run >= INTERRUPTION_UNITS) {
         jb->st.interruption_count++;
         jb->st.total_interruption_duration_ns += (uint64_t)jb->conceal_run * 2500000u;
@@ -51,7 +51,7 @@ static void end_concealment(cs_jb *jb) {
     jb->conceal_run = 0;
 }
 
-static int finish(cs_jb *jb, cs_frame_info *info, uint8_t flag) {
+CS_HOT static int finish(cs_jb *jb, cs_frame_info *info, uint8_t flag) {
     info->flag = flag;
     info->dtx = (uint8_t)jb->dtx;
     info->ssrc = jb->seq.ssrc;
@@ -60,7 +60,7 @@ static int finish(cs_jb *jb, cs_frame_info *info, uint8_t flag) {
 
 /* Emit the frame at the playout point and advance past it. Received units are decoded
  * in runs (jb_decode.c); a lost unit is concealed, or recovered by Opus in-band FEC. */
-static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
+CS_HOT static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
     uint32_t concealed = 0, cng = 0, real_units = 0, played_units = 0;
     uint64_t wait_sum = 0;
     uint8_t mask = 0;
@@ -137,7 +137,7 @@ static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
 }
 
 /* Emit concealment without advancing the playout point. */
-static int hold(cs_jb *jb, int16_t *pcm, cs_frame_info *info, int underrun) {
+CS_HOT static int hold(cs_jb *jb, int16_t *pcm, cs_frame_info *info, int underrun) {
     uint32_t spf = jb->spu * CS_UNITS_PER_FRAME;
     memset(pcm, 0, spf * sizeof *pcm);
     info->pos = jb->play_pos;
@@ -152,7 +152,7 @@ static int hold(cs_jb *jb, int16_t *pcm, cs_frame_info *info, int underrun) {
     return finish(jb, info, CS_FRAME_CONCEALED);
 }
 
-int cs_jb_pull(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
+CS_HOT int cs_jb_pull(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info) {
     uint32_t spf = jb->spu * CS_UNITS_PER_FRAME;
     memset(info, 0, sizeof *info);
     info->samples = (uint16_t)spf;

@@ -37,16 +37,16 @@ void cs_seq_start(cs_seq_state *s, uint32_t ssrc, uint16_t seq) {
     seen_set(s, s->base_ext);
 }
 
-uint64_t cs_seq_expected(const cs_seq_state *s) {
+CS_HOT uint64_t cs_seq_expected(const cs_seq_state *s) {
     if (!s->initialised) return 0;
     return s->prior_expected + (s->cycles + s->max_seq) - s->base_ext + 1;
 }
 
-uint64_t cs_seq_received(const cs_seq_state *s) {
+CS_HOT uint64_t cs_seq_received(const cs_seq_state *s) {
     return s->prior_received + s->received;
 }
 
-int cs_seq_update(cs_seq_state *s, uint16_t seq, uint64_t *ext_seq) {
+CS_HOT int cs_seq_update(cs_seq_state *s, uint16_t seq, uint64_t *ext_seq) {
     uint16_t udelta = (uint16_t)(seq - s->max_seq);
     uint64_t max_ext = s->cycles + s->max_seq;
 

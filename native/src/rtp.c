@@ -23,13 +23,13 @@ enum {
     RTCP_MUX_LAST = 223
 };
 
-int cs_rtp_is_rtcp(const uint8_t *buf, size_t len)
+CS_HOT int cs_rtp_is_rtcp(const uint8_t *buf, size_t len)
 {
     return len >= 2 && (buf[0] >> 6) == RTP_VERSION && buf[1] >= RTCP_MUX_FIRST &&
            buf[1] <= RTCP_MUX_LAST;
 }
 
-int cs_rtp_parse(const uint8_t *buf, size_t len, cs_rtp_header *out)
+CS_HOT int cs_rtp_parse(const uint8_t *buf, size_t len, cs_rtp_header *out)
 {
     memset(out, 0, sizeof *out);
     if (cs_rtp_is_rtcp(buf, len))
