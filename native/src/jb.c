@@ -118,7 +118,9 @@ void cs_jb_prefetch(const cs_jb *jb) {
     __builtin_prefetch((const char *)&jb->st + 64, 1);
 }
 
-CS_HOT int cs_jb_next_lines(const cs_jb *jb, const void **out) {
+/* cs_jb_next_lines' body, inline so prefetch_next's copy keeps the addresses in
+ * registers instead of an array it then reads back. */
+static inline int next_lines(const cs_jb *jb, const void **out) {
     if (!jb->anchored) return 0;
     int n = 0;
     uint64_t slot = (uint64_t)jb->high_pos & jb->mask;
@@ -140,12 +142,14 @@ CS_HOT int cs_jb_next_lines(const cs_jb *jb, const void **out) {
     return n; /* <= 3 + 7 = CS_JB_HINTS */
 }
 
+int cs_jb_next_lines(const cs_jb *jb, const void **out) { return next_lines(jb, out); }
+
 /* Before the sequence and delay work: start loading what an in-order packet will write
  * (cs_jb_next_lines), so those misses overlap the work instead of following it (a
  * receiver that prefetched them a leg ahead finds them loaded already). */
 CS_HOT static void prefetch_next(const cs_jb *jb) {
     const void *lines[CS_JB_HINTS];
-    int n = cs_jb_next_lines(jb, lines);
+    int n = next_lines(jb, lines);
     for (int i = 0; i < n; i++) __builtin_prefetch(lines[i], 1);
     __builtin_prefetch(&jb->delay.hist[jb->delay.hist_head], 0);
 }

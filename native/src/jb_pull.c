@@ -94,10 +94,15 @@ CS_HOT static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info
                                                           cs_jb_tick(u - (int64_t)k, clk));
             info->has_rtp_ts = 1;
         }
+        /* locals: the stores below (a byte, a counter) would otherwise make the compiler
+         * reload the ring's pointers and mask from jb after each of them */
+        const uint64_t ring_mask = jb->mask;
+        uint8_t *const states = jb->slot_state;
+        const int64_t *const arrivals = jb->slot_arrival;
         for (uint32_t r = 0; r < run; r++) {
-            uint64_t sr = (uint64_t)(u + r) & jb->mask;
-            uint8_t st = jb->slot_state[sr];
-            int64_t wait = now - jb->slot_arrival[sr];
+            uint64_t sr = (uint64_t)(u + r) & ring_mask;
+            uint8_t st = states[sr];
+            int64_t wait = now - arrivals[sr];
             if (wait < 0) wait = 0;
             if (st & CS_SLOT_START) {
                 uint64_t b = (uint64_t)(wait / 1000000);
@@ -105,7 +110,7 @@ CS_HOT static int emit(cs_jb *jb, int64_t now, int16_t *pcm, cs_frame_info *info
                 jb->st.wait_hist[b]++;
                 jb->st.packets_played++;
             }
-            jb->slot_state[sr] = 0;
+            states[sr] = 0;
             if (ok) wait_sum += (uint64_t)wait;
         }
         if (ok) {
