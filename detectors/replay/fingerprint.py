@@ -67,37 +67,59 @@ def frames_for(samples: int) -> int:
     return 0 if samples < FRAME else 1 + (samples - FRAME) // HOP
 
 
+_CHUNK = 32  # frames per FFT call: 0.5 MB of float64 frames stays in cache
+
+
 @lru_cache(maxsize=1)
-def _band_matrix() -> npt.NDArray[np.float32]:
-    """[FRAME//2+1, BANDS]: which FFT bins sum into which band."""
+def _band_bins() -> tuple[int, int, npt.NDArray[np.intp]]:
+    """(first bin, stop bin, band starts relative to the first bin): band b sums the FFT
+    bins [starts[b], starts[b + 1]) of the rfft's bins over ``LOW_HZ``-``HIGH_HZ``
+    (bins outside every band are never computed into power)."""
     edges = np.geomspace(LOW_HZ, HIGH_HZ, BANDS + 1)
     freqs = np.fft.rfftfreq(FRAME, 1.0 / RATE)
-    m = np.zeros((freqs.size, BANDS), np.float32)
-    for b in range(BANDS):
-        m[(freqs >= edges[b]) & (freqs < edges[b + 1]), b] = 1.0
-    return m
+    first = [int(np.argmax(freqs >= e)) for e in edges[:-1]]
+    stop = int(np.argmax(freqs >= edges[-1]))
+    starts = np.asarray(first, np.intp)
+    assert np.all(np.diff(np.append(starts, stop)) > 0), "every band holds a bin"
+    return first[0], stop, starts - first[0]
 
 
 @lru_cache(maxsize=1)
-def _window() -> npt.NDArray[np.float32]:
-    return np.hanning(FRAME).astype(np.float32)
+def _window() -> npt.NDArray[np.float64]:
+    """The float32 Hann window, held as float64 (exact) for a float64 product."""
+    return np.hanning(FRAME).astype(np.float32).astype(np.float64)
 
 
-def band_energies(audio: FloatArray) -> tuple[FloatArray, FloatArray]:
+def band_energies(audio: FloatArray) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """([frames, BANDS] band power, [frames] frame power in dBFS) of float audio in
-    [-1, 1) at ``RATE``."""
-    x = np.ascontiguousarray(audio, np.float32)
+    [-1, 1) at ``RATE``.
+
+    float64 throughout: numpy's float64 rfft is 2.5x faster than its float32 one, and
+    the window product of float32 samples is exact in it. Frames go to the FFT in
+    chunks of ``_CHUNK`` (one call over a whole 4 s window's 3.8 MB of frames measured
+    1.9x slower); only the bins inside the bands are squared, and each band is one
+    contiguous run of bins summed by ``add.reduceat`` (no BLAS call, so no BLAS
+    threads). Frame energies come from per-hop block sums. Same bits and validity as
+    the float32 matrix version before it on real speech and noise (the frames any
+    comparison reads; ``tests/detectors/test_replay_fingerprint_reference.py``)."""
+    x = np.asarray(audio, np.float32).reshape(-1).astype(np.float64)
     n = frames_for(x.size)
     if n == 0:
-        return np.zeros((0, BANDS), np.float32), np.zeros(0, np.float32)
-    frames = np.lib.stride_tricks.as_strided(
-        x, (n, FRAME), (x.strides[0] * HOP, x.strides[0]), writeable=False
-    )
-    spec = np.fft.rfft(frames * _window(), axis=1)
-    power = (spec.real**2 + spec.imag**2).astype(np.float32)
-    bands = power @ _band_matrix()
-    mean_sq = np.mean(frames.astype(np.float32) ** 2, axis=1)
-    dbfs = (10.0 * np.log10(mean_sq + 1e-12) + 3.01).astype(np.float32)  # re a full-scale sine
+        return np.zeros((0, BANDS)), np.zeros(0)
+    lo, hi, starts = _band_bins()
+    frames = np.lib.stride_tricks.sliding_window_view(x, FRAME)[::HOP]
+    window = _window()
+    bands = np.empty((n, BANDS))
+    for s in range(0, n, _CHUNK):
+        spec = np.fft.rfft(frames[s : s + _CHUNK] * window, axis=1)
+        ri = spec[:, lo:hi].view(np.float64)  # [chunk, 2 * bins]: re, im interleaved
+        np.square(ri, out=ri)
+        bands[s : s + _CHUNK] = np.add.reduceat(ri, 2 * starts, axis=1)
+    per = FRAME // HOP
+    blocks = np.square(x[: (n + per - 1) * HOP]).reshape(-1, HOP).sum(axis=1)
+    cum = np.concatenate(([0.0], np.cumsum(blocks)))
+    mean_sq = (cum[per : per + n] - cum[:n]) / FRAME
+    dbfs = 10.0 * np.log10(np.maximum(mean_sq, 0.0) + 1e-12) + 3.01  # re a full-scale sine
     return bands, dbfs
 
 
@@ -109,10 +131,9 @@ def fingerprint(audio: FloatArray, silence_dbfs: float = SILENCE_DBFS) -> Finger
         return Fingerprint(np.zeros(0, np.uint32), np.zeros(0, bool))
     d = bands[:, :-1] - bands[:, 1:]  # [frames, 32]
     bits = (d[1:] - d[:-1]) > 0
-    weights = (np.uint32(1) << np.arange(32, dtype=np.uint32)).astype(np.uint32)
-    packed = (bits.astype(np.uint32) * weights).sum(axis=1, dtype=np.uint64).astype(np.uint32)
+    packed = np.packbits(bits, axis=1, bitorder="little").view("<u4").reshape(-1)
     valid = (dbfs[1:] > silence_dbfs) & (dbfs[:-1] > silence_dbfs)
-    return Fingerprint(packed, valid)
+    return Fingerprint(packed.astype(np.uint32), valid)
 
 
 def popcount(x: U32) -> npt.NDArray[np.int64]:
