@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from native.jitter import PayloadType
-from sip_bridge.bench.ingest_receivers import Address, Receiver, Window, _histogram_summary
+from sip_bridge.bench.ingest_receivers import Address, Receiver, Window, ingest_counters_report
 from sip_bridge.media_setup import bridge_ingest, bridge_media
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
@@ -100,9 +100,6 @@ class BridgeSharedReceiver(Receiver):
         return self.ing.thread_cpu_ns()
 
     def report(self) -> dict[str, Any]:
-        c, c0 = self.ing.counters(), self.counters0
-        delta = {k: c[k] - c0[k] for k in c if isinstance(c[k], int)}
-        wakeups, calls = delta["wakeups"], delta["recvmmsg_calls"]
         shared = self.media.shared_counters() or {}
         return {
             "receiver": "bridge: sip_bridge.media_setup's ingest and MediaEngine with "
@@ -112,27 +109,8 @@ class BridgeSharedReceiver(Receiver):
             "backend": self.ing.backend()[1],
             "shared_socket_datagrams": shared.get("datagrams"),
             "shared_fallbacks": self.media.shared_fallbacks,
-            "cqes_per_enter": delta["uring_cqes"] / max(1, delta["uring_enters"])
-            if self.backend == "io_uring"
-            else None,
-            "wakeups": wakeups,
-            "recvmmsg_calls": calls,
-            "datagrams_per_wakeup": delta["datagrams"] / max(1, wakeups),
-            "datagrams_per_recvmmsg": delta["datagrams"] / max(1, calls)
-            if self.backend == "epoll"
-            else None,
-            "paced_sleeps": delta["paced_sleeps"],
-            "stream_lock_waits": delta["stream_lock_waits"],
-            "unmatched": delta["unmatched"],
             "playout_late_ticks": self.media.late_ticks,
-            "latency": _histogram_summary(
-                self.ing.latency(),
-                "kernel SO_TIMESTAMPNS -> the datagram inserted in its jitter buffer",
-            ),
-            "processing": _histogram_summary(
-                self.ing.processing(),
-                "recvmmsg returned -> the datagram inserted in its jitter buffer",
-            ),
+            **ingest_counters_report(self.ing, self.counters0, self.backend),
         }
 
     def close(self) -> None:

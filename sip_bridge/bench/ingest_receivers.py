@@ -250,9 +250,6 @@ class NativeReceiver(Receiver):
         return self.ing.thread_cpu_ns()
 
     def report(self) -> dict[str, Any]:
-        c, c0 = self.ing.counters(), self.counters0
-        delta = {k: c[k] - c0[k] for k in c if isinstance(c[k], int)}
-        wakeups, calls = delta["wakeups"], delta["recvmmsg_calls"]
         mode = "one shared socket" if self.shared else "one socket per leg"
         how = (
             "io_uring multishot recvmsg + provided buffers"
@@ -263,39 +260,51 @@ class NativeReceiver(Receiver):
             "receiver": f"native: C thread, {mode}, {how}, parse + source lock + "
             f"jb insert, coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
             "backend": self.ing.backend()[1],
-            "cqes_per_enter": delta["uring_cqes"] / max(1, delta["uring_enters"])
-            if self.backend == "io_uring"
-            else None,
-            "uring_enobufs": delta["uring_enobufs"],
-            "uring_rearms": delta["uring_rearms"],
             "sched": {1: f"SCHED_FIFO {self.rt_priority}", 0: "normal"}.get(
                 self.sched, f"normal (SCHED_FIFO {self.rt_priority} refused: {self.sched})"
             ),
-            "wakeups": wakeups,
-            "recvmmsg_calls": calls,
-            "datagrams_per_wakeup": delta["datagrams"] / max(1, wakeups),
-            "datagrams_per_recvmmsg": delta["datagrams"] / max(1, calls)
-            if self.backend == "epoll"
-            else None,
-            "paced_sleeps": delta["paced_sleeps"],
-            "stream_lock_waits": delta["stream_lock_waits"],
-            "unmatched": delta["unmatched"],
             "pull_cpu_us_per_stream_frame": self.pull_cpu_ns
             / 1e3
             / max(1, self.pulls * len(self.ids)),
-            "latency": _histogram_summary(
-                self.ing.latency(),
-                "kernel SO_TIMESTAMPNS -> the datagram inserted in its jitter buffer",
-            ),
-            "processing": _histogram_summary(
-                self.ing.processing(),
-                "recvmmsg returned -> the datagram inserted in its jitter buffer",
-            ),
+            **ingest_counters_report(self.ing, self.counters0, self.backend),
         }
 
     def close(self) -> None:
         self.ing.close()
         self.affinity.restore()
+
+
+def ingest_counters_report(ing: Any, counters0: dict[str, Any], backend: str) -> dict[str, Any]:
+    """What a native ingest's counters say since ``counters0`` (the receiver's start):
+    wakeups, batching, pacing, lock waits, unmatched datagrams and the two latency
+    histograms; shared by the bench's own native receivers and the bridge's."""
+    c = ing.counters()
+    delta = {k: c[k] - counters0[k] for k in c if isinstance(c[k], int)}
+    wakeups, calls = delta["wakeups"], delta["recvmmsg_calls"]
+    return {
+        "cqes_per_enter": delta["uring_cqes"] / max(1, delta["uring_enters"])
+        if backend == "io_uring"
+        else None,
+        "uring_enobufs": delta["uring_enobufs"],
+        "uring_rearms": delta["uring_rearms"],
+        "wakeups": wakeups,
+        "recvmmsg_calls": calls,
+        "datagrams_per_wakeup": delta["datagrams"] / max(1, wakeups),
+        "datagrams_per_recvmmsg": delta["datagrams"] / max(1, calls)
+        if backend == "epoll"
+        else None,
+        "paced_sleeps": delta["paced_sleeps"],
+        "stream_lock_waits": delta["stream_lock_waits"],
+        "unmatched": delta["unmatched"],
+        "latency": _histogram_summary(
+            ing.latency(),
+            "kernel SO_TIMESTAMPNS -> the datagram inserted in its jitter buffer",
+        ),
+        "processing": _histogram_summary(
+            ing.processing(),
+            "recvmmsg returned -> the datagram inserted in its jitter buffer",
+        ),
+    }
 
 
 def _histogram_summary(h: Any, definition: str) -> dict[str, Any]:
