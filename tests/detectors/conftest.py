@@ -62,6 +62,21 @@ def speech_8k(shared_dir: Path) -> npt.NDArray[np.int16]:
     return np.concatenate(chunks)
 
 
+@pytest.fixture(scope="session")
+def prompt_utterances(shared_dir: Path) -> list[npt.NDArray[np.float32]]:
+    """Every Asterisk prompt in shared/ at 8 kHz of at least 2 s, in file order, as
+    float32 in [-1, 1): real utterances of one speaker, different text."""
+    out = []
+    for path in sorted((shared_dir / "data/speech/asterisk_prompts/en").glob("*.wav")):
+        with wave.open(str(path)) as w:
+            if (w.getframerate(), w.getsampwidth(), w.getnchannels()) != (8000, 2, 1):
+                continue
+            pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2")
+        if pcm.size >= 2 * 8000:
+            out.append(pcm.astype(np.float32) / 32768.0)
+    return out
+
+
 def voice_like(seconds: float, seed: int = 0, level: float = 3000.0) -> npt.NDArray[np.int16]:
     """A speech-energy signal (band-limited noise bursts), for tests without shared/."""
     rng = np.random.default_rng(seed)

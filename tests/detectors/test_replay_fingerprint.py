@@ -4,9 +4,6 @@ index finds the copy and nothing else; the encodings round-trip exactly."""
 
 from __future__ import annotations
 
-import wave
-from pathlib import Path
-
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -29,16 +26,9 @@ F32 = npt.NDArray[np.float32]
 
 
 @pytest.fixture(scope="module")
-def utterances(shared_dir: Path) -> list[F32]:
+def utterances(prompt_utterances: list[F32]) -> list[F32]:
     """Real utterances of at least 2 s (Asterisk prompts: one speaker, different text)."""
-    out = []
-    for path in sorted((shared_dir / "data/speech/asterisk_prompts/en").glob("*.wav")):
-        with wave.open(str(path)) as w:
-            if (w.getframerate(), w.getsampwidth(), w.getnchannels()) != (RATE, 2, 1):
-                continue
-            pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2")
-        if pcm.size >= 2 * RATE:
-            out.append(pcm.astype(np.float32) / 32768.0)
+    out = prompt_utterances
     assert len(out) >= 30
     return out[:40]
 

@@ -7,9 +7,6 @@ candidate; an internal leg's fingerprint is never used."""
 
 from __future__ import annotations
 
-import wave
-from pathlib import Path
-
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -29,17 +26,9 @@ WIN, HOP = DET.spec.window, DET.spec.hop
 
 
 @pytest.fixture(scope="module")
-def prompts(shared_dir: Path) -> list[F32]:
+def prompts(prompt_utterances: list[F32]) -> list[F32]:
     """Real 8 kHz utterances, each at least 2 s."""
-    out = []
-    for path in sorted((shared_dir / "data/speech/asterisk_prompts/en").glob("*.wav")):
-        with wave.open(str(path)) as w:
-            if (w.getframerate(), w.getsampwidth(), w.getnchannels()) != (RATE, 2, 1):
-                continue
-            pcm = np.frombuffer(w.readframes(w.getnframes()), "<i2")
-        if pcm.size >= 2 * RATE:
-            out.append(pcm.astype(np.float32) / 32768.0)
-    return out
+    return prompt_utterances
 
 
 def _speech(prompts: list[F32], first: int, seconds: float) -> F32:
