@@ -17,12 +17,17 @@ pin), so a pinned run skips them.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
 from native.jitter import PayloadType
-from sip_bridge.bench.ingest_receivers import Address, Receiver, Window, ingest_counters_report
+from sip_bridge.bench.ingest_receivers import (
+    Address,
+    Receiver,
+    Window,
+    ingest_counters_report,
+    ptime_ticks,
+)
 from sip_bridge.media_setup import bridge_ingest, bridge_media
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
@@ -75,12 +80,7 @@ class BridgeSharedReceiver(Receiver):
         self.counters0 = self.ing.counters()
 
     def run_until(self, done: Callable[[], bool], window: Window) -> None:
-        tick = time.monotonic_ns()
-        while True:
-            tick += 20_000_000
-            delay = tick - time.monotonic_ns()
-            if delay > 0:
-                time.sleep(delay / 1e9)
+        for _ in ptime_ticks():
             window.tick(self)
             if done():
                 return
