@@ -83,6 +83,18 @@ class Frame:
     pcm: npt.NDArray[np.int16]
 
 
+def source_of(sock: socket.socket) -> tuple[str, int]:
+    """The (host, port) a sender's socket sends from: what a leg expects or locks."""
+    host, port = sock.getsockname()[:2]
+    return str(host), int(port)
+
+
+def frames_sent_by(frames: list[Frame], leg: Leg) -> list[Frame]:
+    """The frames whose RTP timestamps lie in what ``leg`` sent."""
+    end = leg.ts0 + leg.packets * FRAME
+    return [f for f in frames if f.rtp_ts is not None and leg.ts0 <= f.rtp_ts < end]
+
+
 def run_realtime(
     ingest: Ingest, ticks: int, on_tick: Callable[[int], None]
 ) -> dict[int, list[Frame]]:

@@ -6,26 +6,21 @@ are dropped and counted."""
 
 from __future__ import annotations
 
-import socket
-
 import numpy as np
 import numpy.typing as npt
-from rtp_call import FRAME, Frame, Leg, assert_exact, run_realtime, wait_until
+from rtp_call import (
+    FRAME,
+    Leg,
+    assert_exact,
+    frames_sent_by,
+    run_realtime,
+    source_of,
+    wait_until,
+)
 
 from native.ingest import Ingest
 
 BEFORE, GAP = 30, 5  # packets of the first SSRC, then 100 ms of silence (quiet >= 80 ms)
-
-
-def _source(sock: socket.socket) -> tuple[str, int]:
-    host, port = sock.getsockname()[:2]
-    return str(host), int(port)
-
-
-def _split(frames: list[Frame], leg: Leg) -> list[Frame]:
-    """The frames whose RTP timestamps lie in what `leg` sent."""
-    end = leg.ts0 + leg.packets * FRAME
-    return [f for f in frames if f.rtp_ts is not None and leg.ts0 <= f.rtp_ts < end]
 
 
 def test_a_new_ssrc_from_the_locked_source_is_followed(
@@ -37,7 +32,7 @@ def test_a_new_ssrc_from_the_locked_source_is_followed(
     stranger = Leg(speech[: 45 * FRAME], 0x3333)  # a new SSRC from another source
     kid = ingest.add_socket(0)
     dest = ingest.socket_address(kid)
-    sid = ingest.add_stream_shared(kid, expected_source=_source(first.sock), ssrc=first.ssrc)
+    sid = ingest.add_stream_shared(kid, expected_source=source_of(first.sock), ssrc=first.ssrc)
 
     def tick(k: int) -> None:
         if k < BEFORE:
@@ -61,8 +56,8 @@ def test_a_new_ssrc_from_the_locked_source_is_followed(
     assert (g["demux_ssrc_follows"], g["demux_conflicts"]) == (1, 0)
     assert g["unmatched"] == stranger.packets  # not the leg's source: RTP Bleed stays shut
     assert c["datagrams"] == BEFORE + 5 + after.packets
-    assert_exact(_split(frames, first), first, min_frames=BEFORE - 5)
-    assert_exact(_split(frames, after), after, min_frames=after.packets - 5)
+    assert_exact(frames_sent_by(frames, first), first, min_frames=BEFORE - 5)
+    assert_exact(frames_sent_by(frames, after), after, min_frames=after.packets - 5)
 
 
 def test_a_new_ssrc_from_a_source_two_legs_share_is_unmatched_until_one_leaves(
@@ -76,7 +71,7 @@ def test_a_new_ssrc_from_a_source_two_legs_share_is_unmatched_until_one_leaves(
     kid = ingest.add_socket(0)
     dest = ingest.socket_address(kid)
     ids = [
-        ingest.add_stream_shared(kid, expected_source=_source(one.sock), ssrc=leg.ssrc)
+        ingest.add_stream_shared(kid, expected_source=source_of(one.sock), ssrc=leg.ssrc)
         for leg in (one, two)
     ]
 
@@ -97,5 +92,5 @@ def test_a_new_ssrc_from_a_source_two_legs_share_is_unmatched_until_one_leaves(
     assert (g["unmatched"], g["demux_ssrc_follows"]) == (10, 1)
     c = ingest.stream_counters(ids[0])
     assert (c["locked_ssrc"], c["datagrams"]) == (new.ssrc, 20 + new.packets - 10)
-    normal = assert_exact(_split(frames, new), new, min_frames=new.packets - 15)
+    normal = assert_exact(frames_sent_by(frames, new), new, min_frames=new.packets - 15)
     assert min(normal) >= 10 * FRAME  # nothing from before the other leg left

@@ -9,13 +9,20 @@ dropped, and a new key makes room again."""
 from __future__ import annotations
 
 import os
-import socket
 
 import numpy as np
 import numpy.typing as npt
 import pylibsrtp
 import pytest
-from rtp_call import FRAME, Frame, Leg, assert_exact, run_realtime, wait_until
+from rtp_call import (
+    FRAME,
+    Leg,
+    assert_exact,
+    frames_sent_by,
+    run_realtime,
+    source_of,
+    wait_until,
+)
 
 from native import lib
 from native.ingest import Ingest
@@ -36,17 +43,6 @@ def _sender(suite: str, key: bytes) -> pylibsrtp.Session:
     return pylibsrtp.Session(policy=policy)
 
 
-def _source(sock: socket.socket) -> tuple[str, int]:
-    host, port = sock.getsockname()[:2]
-    return str(host), int(port)
-
-
-def _split(frames: list[Frame], leg: Leg) -> list[Frame]:
-    """The frames whose RTP timestamps lie in what `leg` sent."""
-    end = leg.ts0 + leg.packets * FRAME
-    return [f for f in frames if f.rtp_ts is not None and leg.ts0 <= f.rtp_ts < end]
-
-
 @pytest.mark.parametrize(
     ("suite", "seq_b"), [("AES_CM_128_HMAC_SHA1_80", 1000), ("AEAD_AES_128_GCM", 30000)]
 )
@@ -59,7 +55,7 @@ def test_shared_srtp_leg_follows_an_ssrc_change_under_its_key(
     sender = _sender(suite, key)
     kid = ingest.add_socket(0)
     dest = ingest.socket_address(kid)
-    sid = ingest.add_stream_shared(kid, expected_source=_source(a.sock), ssrc=a.ssrc)
+    sid = ingest.add_stream_shared(kid, expected_source=source_of(a.sock), ssrc=a.ssrc)
     assert ingest.set_srtp(sid, suite, key) is True
 
     def tick(k: int) -> None:
@@ -78,8 +74,8 @@ def test_shared_srtp_leg_follows_an_ssrc_change_under_its_key(
     )
     fails = ("srtp_auth_failed", "srtp_replayed", "srtp_malformed", "srtp_ssrc_limit")
     assert [c[f] for f in fails] == [0, 0, 0, 0]
-    assert_exact(_split(frames, a), a, min_frames=a.packets - 5)
-    assert_exact(_split(frames, b), b, min_frames=b.packets - 5)
+    assert_exact(frames_sent_by(frames, a), a, min_frames=a.packets - 5)
+    assert_exact(frames_sent_by(frames, b), b, min_frames=b.packets - 5)
 
 
 def test_a_fifth_ssrc_under_one_key_is_counted_and_a_new_key_makes_room(
@@ -97,7 +93,7 @@ def test_a_fifth_ssrc_under_one_key_is_counted_and_a_new_key_makes_room(
     ]
     keys = [os.urandom(key_length(suite)) for _ in range(2)]
     senders = [_sender(suite, k) for k in keys]
-    sid = ingest.add_stream(0, expected_source=_source(first.sock))
+    sid = ingest.add_stream(0, expected_source=source_of(first.sock))
     dest = ingest.local_address(sid)
     assert ingest.set_srtp(sid, suite, keys[0]) is True
     period = n + GAP
@@ -116,6 +112,6 @@ def test_a_fifth_ssrc_under_one_key_is_counted_and_a_new_key_makes_room(
     assert (c["srtp_auth_failed"], c["srtp_replayed"], c["srtp_rekeys"]) == (0, 0, 1)
     assert c["locked_ssrc"] == legs[5].ssrc
     for i in (0, 1, 2, 3, 5):
-        assert_exact(_split(frames, legs[i]), legs[i], min_frames=n - 4)
-    refused = _split(frames, legs[4])
+        assert_exact(frames_sent_by(frames, legs[i]), legs[i], min_frames=n - 4)
+    refused = frames_sent_by(frames, legs[4])
     assert not [f for f in refused if f.flag == lib.CS_FRAME_NORMAL]
