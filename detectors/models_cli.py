@@ -125,6 +125,15 @@ def add_parser(sub: Any, name: str) -> None:
         "aasist-lite: the same AASIST class ~3.4x cheaper (callshield-aasist-lite-8k, opt-in; "
         "docs/models/synthetic_voice.md)",
     )
+    p.add_argument(
+        "--windows",
+        type=int,
+        metavar="N",
+        help="training windows drawn (default: the architecture's budget, e.g. 8,000)",
+    )
+    p.add_argument(
+        "--epochs", type=int, metavar="E", help="epochs over them (default: the architecture's)"
+    )
     p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
@@ -232,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
             tuple(args.with_family),
             args.arch,
             codec_aug=args.codec_aug,
+            windows=args.windows,
+            epochs=args.epochs,
         )
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad

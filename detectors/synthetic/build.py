@@ -478,6 +478,29 @@ def build(
     return BuildResult(installed, report, model)
 
 
+def train_config(
+    arch: str,
+    quick: bool,
+    stage2: str | None = None,
+    windows: int | None = None,
+    epochs: int | None = None,
+) -> TrainConfig | None:
+    """The training settings of a CLI build: None for the architecture's own (``build``
+    picks TRAIN_BY_ARCH or QUICK), else --stage2's, with ``windows`` / ``epochs``
+    (--windows, --epochs) replacing the budget; both are in the stage cache key."""
+    if (windows is not None and windows < 1) or (epochs is not None and epochs < 1):
+        raise BuildError("--windows and --epochs must be at least 1")
+    cfg = None if stage2 is None or quick else STAGE2[stage2]
+    if windows is None and epochs is None:
+        return cfg
+    base = cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch])
+    return replace(
+        base,
+        windows=base.windows if windows is None else windows,
+        epochs=base.epochs if epochs is None else epochs,
+    )
+
+
 def run_cli(
     out_dir: Path,
     work: Path | None,
@@ -490,6 +513,8 @@ def run_cli(
     with_families: tuple[str, ...] = (),
     arch: str = "cnn",
     codec_aug: bool = False,
+    windows: int | None = None,
+    epochs: int | None = None,
 ) -> int:
     from detectors.aasist.importer import torch_available
 
@@ -510,7 +535,7 @@ def run_cli(
             out_dir, work, speech_dir, seed, quick,
             progress=lambda m: print(m, file=sys.stderr, flush=True),
             hold_out=hold_out,
-            cfg=None if stage2 is None or quick else STAGE2[stage2],
+            cfg=train_config(arch, quick, stage2, windows, epochs),
             with_families=with_families,
             arch=arch,
             codec_aug=codec_aug,

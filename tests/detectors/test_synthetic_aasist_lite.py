@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from detectors.aasist.config import VARIANTS
 from detectors.synthetic import aasist_net, build, train
@@ -64,3 +65,34 @@ def test_lite_onnx_export_shape_and_parity() -> None:
         assert float(np.max(np.abs(got - ref))) <= build.TOLERANCE
         assert seen[-1] == (batch, 24, *aasist_net.LITE_CONFIG.grid())
     assert not np.allclose(got, got[0])  # the output depends on the input
+
+
+def test_windows_and_epochs_options_reach_the_config_and_its_cache_key() -> None:
+    import argparse
+
+    from detectors import models_cli
+
+    parser = argparse.ArgumentParser()
+    models_cli.add_parser(parser.add_subparsers(dest="cmd"), "models")
+    base = ["models", "train-synthetic", "--arch", "aasist-lite"]
+    args = parser.parse_args([*base, "--windows", "24000", "--epochs", "3"])
+    cfg = build.train_config(args.arch, args.quick, args.stage2, args.windows, args.epochs)
+    assert cfg == replace(build.LITE_TRAIN, windows=24_000, epochs=3)
+    args = parser.parse_args(base)
+    assert build.train_config(args.arch, args.quick, args.stage2, args.windows, args.epochs) is None
+    # only one of them: the other stays the architecture's (or --stage2's) own
+    assert build.train_config("aasist-lite", False, None, 24_000) == replace(
+        build.LITE_TRAIN, windows=24_000
+    )
+    assert build.train_config("cnn", False, "wide", None, 1) == replace(
+        build.STAGE2["wide"], epochs=1
+    )
+    assert build.train_config("cnn", True, None, 64) == replace(train.QUICK, windows=64)
+    keys = {
+        train.stage_key(c, 1, ["espeak_en-us"])
+        for c in (build.LITE_TRAIN, cfg, replace(build.LITE_TRAIN, windows=24_000))
+    }
+    assert len(keys) == 3  # a new budget trains anew, never reuses a cached state dict
+    for bad in ((0, None), (None, 0)):
+        with pytest.raises(build.BuildError, match="at least 1"):
+            build.train_config("cnn", False, None, *bad)
