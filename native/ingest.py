@@ -550,9 +550,41 @@ class Ingest:
         return int(lib.cs_ingest_thread_cpu_ns(self._live()))
 
 
-def _bind_udp(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_DGRAM)
+def udp_socket(host: str) -> socket.socket:
+    """A non-blocking UDP socket of ``host``'s family, to bind on ``host``.
+
+    An IPv6 socket sets IPV6_V6ONLY itself instead of taking the host's
+    ``net.ipv6.bindv6only`` default: off (dual-stack) for the wildcard ``::`` and an
+    IPv4-mapped address, so one socket receives IPv6 peers and IPv4 peers alike (an IPv4
+    peer arrives as ::ffff:a.b.c.d, which C keys as IPv4: cs_srclock_addr, so it matches
+    an expected source from an ``IN IP4`` c= line); on (IPv6 only) for any other IPv6
+    address, which cannot receive IPv4 anyway."""
+    if ":" not in host:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    else:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        try:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack(host) else 1)
+        except OSError:
+            s.close()
+            raise
     s.setblocking(False)
-    s.bind((host, port))
+    return s
+
+
+def dual_stack(host: str) -> bool:
+    """Whether a socket bound on ``host`` by :func:`udp_socket` receives both families."""
+    if ":" not in host:
+        return False
+    raw = socket.inet_pton(socket.AF_INET6, host.split("%", 1)[0])
+    return raw == bytes(16) or raw[:12] == bytes(10) + b"\xff\xff"
+
+
+def _bind_udp(host: str, port: int) -> socket.socket:
+    s = udp_socket(host)
+    try:
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        raise
     return s

@@ -28,6 +28,7 @@ table lock (the C stream mutex orders it against the pull).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import socket
 import threading
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from native.ingest import Ingest, IngestError, PayloadType, PulledFrames
+from native.ingest import Ingest, IngestError, PayloadType, PulledFrames, dual_stack, udp_socket
 from native.srtp import SrtpKey
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ class MediaEngine:
         self._shared_sock: socket.socket | None = None
         self._shared_id: int | None = None
         if shared_port:
-            sock = _udp_socket(host)
+            sock = udp_socket(host)
             try:
                 sock.bind((host, shared_port))
                 self._shared_id = ingest.add_socket(sock)
@@ -198,6 +199,7 @@ class MediaEngine:
                 sock.close()
                 raise
             self._shared_sock = sock
+            log.info("shared RTP port %s: %s", sock.getsockname()[1], families(host))
 
     @property
     def shared_port(self) -> int:
@@ -239,6 +241,16 @@ class MediaEngine:
         and m= port) and ``ssrc`` (its a=ssrc, 0 = none) and the shared port returned;
         if that key cannot be added the leg falls back to a port of its own."""
         pts = tuple(p for p in payload_types if p.codec in NATIVE_CODECS)
+        peer = remote or expected_source
+        if peer is not None and not receives_from(self._host, peer[0]):
+            log.warning(
+                "leg %s: its media comes from %s but the RTP sockets on %s receive %s: "
+                "none of it can arrive (set CALLSHIELD_RTP_HOST to :: for both families)",
+                leg_id,
+                peer[0],
+                self._host,
+                families(self._host),
+            )
         if self._shared_id is not None:
             port = self._open_shared(leg_id, pts, remote, ssrc, srtp)
             if port:
@@ -246,9 +258,8 @@ class MediaEngine:
         now = time.monotonic()
         for _ in range(8):
             port = self._ports.take(now)
-            sock = _udp_socket(self._host)
+            sock = udp_socket(self._host)
             try:
-                sock.setblocking(False)
                 sock.bind((self._host, port))
             except OSError:
                 sock.close()
@@ -549,7 +560,19 @@ class MediaEngine:
             due += FRAME_NS
 
 
-def _udp_socket(host: str) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setblocking(False)
-    return sock
+def families(host: str) -> str:
+    """What an RTP socket bound on ``host`` receives (native.ingest.udp_socket)."""
+    if dual_stack(host):
+        return "IPv4 and IPv6 on one dual-stack socket (IPV6_V6ONLY off)"
+    return "IPv6 only (IPV6_V6ONLY on)" if ":" in host else "IPv4 only"
+
+
+def receives_from(host: str, peer: str) -> bool:
+    """Whether a socket bound on ``host`` can receive from address ``peer`` (a name that
+    is not an address literal is given the benefit of the doubt)."""
+    try:
+        ip = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return True
+    v6 = ip.version == 6 and ip.ipv4_mapped is None
+    return dual_stack(host) or v6 == (":" in host)

@@ -49,7 +49,10 @@ class Settings(BaseSettings):
     sip_tls_ca: Path | None = None
     sip_trusted_peers: str = ""
     rtp_ports: str = "20000-20999"
-    rtp_host: str | None = None  # where RTP sockets bind (default: the SIP host)
+    # where RTP sockets bind (default: the SIP host); "::" = one dual-stack socket per
+    # port for IPv4 and IPv6 peers (IPV6_V6ONLY set off explicitly), any other IPv6
+    # address = IPv6 only (IPV6_V6ONLY on), an IPv4 address = IPv4 only
+    rtp_host: str | None = None
     advertised_address: str | None = None  # in SDP and Contact (default: the SIP host)
     # one UDP port for every SIP leg's RTP instead of one port per leg from rtp_ports
     # (0 = off, the default): legs are told apart in C by the source address:port their
