@@ -19,7 +19,11 @@ Where it is said (each an *origin*, counted apart):
 - ``audio_fork_metadata``: ``call_state`` in the mod_audio_fork / jambonz metadata;
 - ``siprec_metadata``: the SIPREC metadata's ``callstate`` extension (at the start and in
   any update; ``sip_bridge.sip.siprec``: its early words say early, any other text says
-  answered, so it is counted as one of the two, never ``unknown``).
+  answered, so it is counted as one of the two, never ``unknown``);
+- ``sip_dialog``: the bridge's own early dialog. With ``Require: 100rel`` and a delayed
+  answer (``answer_delay``) the call starts at the reliable 180, whose SDP lets media
+  flow before our 200: a call whose INVITE says nothing (no ``sip_header``) is early
+  from then until our 200, which says answered. Said by the UAS, never refused.
 
 Adapters say only the state at the start; ``answered`` then comes through the control
 API by the platform's id (``by-external-id/twilio/<CallSid>``).
@@ -67,7 +71,9 @@ log = logging.getLogger(__name__)
 EARLY_WORDS: Final = EARLY_STATES | {"ring"}
 ANSWERED_WORDS: Final = frozenset({"answered", "answer", "up", "connected", "confirmed", "active"})
 WORD_RE: Final = re.compile(r"^[a-z_-]{1,32}$")
-Origin = Literal["sip_header", "api", "twilio_parameter", "audio_fork_metadata", "siprec_metadata"]
+Origin = Literal[
+    "sip_header", "api", "twilio_parameter", "audio_fork_metadata", "siprec_metadata", "sip_dialog"
+]
 State = Literal["early", "answered"]
 Reason = Literal["malformed", "unknown", "conflicting", "after_answer"]
 

@@ -35,6 +35,7 @@ REASONS = {
     420: "Bad Extension",
     422: "Session Interval Too Small",
     469: "Bad Info Package",
+    480: "Temporarily Unavailable",
     481: "Call/Transaction Does Not Exist",
     486: "Busy Here",
     487: "Request Terminated",
@@ -156,8 +157,12 @@ class Dialog:
     session_expires_at: float | None = None  # RFC 4028: hang up if no refresh by then
     unanalyzed: str = ""
     identity: CallerIdentity | None = None
-    late_offer: str = ""  # "initial"/"reinvite": our 2xx has the offer, the ACK the answer
-    reliable: ReliableProvisional | None = None  # RFC 3262: a 1xx awaiting its PRACK
+    # "initial"/"reinvite": our 2xx has the offer, the ACK the answer; "prack": our
+    # reliable 180 has the offer (an offerless INVITE with 100rel), the PRACK the answer
+    late_offer: str = ""
+    # RFC 3262: our reliable 180 awaiting its PRACK; it carries SDP (the answer, or our
+    # offer), so no 2xx is sent until the PRACK (RFC 3262 §3)
+    reliable: ReliableProvisional | None = None
     # what INFO/UPDATE said in the early dialog (call state, leg roles), applied in order
     # once the delayed answer starts the call; at most MAX_PENDING (more: 500 + Retry-After)
     pending: list[tuple[StateHint | None, RoleStatement | None]] = field(default_factory=list)

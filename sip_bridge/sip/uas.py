@@ -10,7 +10,10 @@ UPDATE and re-INVITE (hold, codec/port change, SIPREC metadata, call state), INF
 receive none), PRACK; other methods get 405/501. An INVITE without SDP (late offer)
 gets our offer in the 200 and its answer is read from the ACK (none: BYE,
 ``no_answer_in_ack``). With ``Require: 100rel`` the 180 is sent reliably (RFC 3262:
-RSeq, retransmitted until its PRACK).
+RSeq, retransmitted until its PRACK) and carries SDP: the answer to the INVITE's offer,
+or our offer to an offerless INVITE, answered in the PRACK (RFC 3261 §13.2.1, RFC 6337);
+the call starts there (the dialog's early media, ``sip_dialog``, until the 200), and the
+200 follows the PRACK with the same SDP. An unreliable 180 carries none.
 Each INVITE's caller identity inputs (From, PAI, STIR/SHAKEN, Diversion, History-Info)
 are read once, the PASSporT verified against the configured trust store.
 Early media (``sip_bridge.call_state``): the INVITE's ``call_state_header`` says the
@@ -205,29 +208,43 @@ class SipUas:
         self.dialogs[dialog.key] = dialog
         tx.context["dialog"] = dialog
         out = [self._reply(tx, 100, now)]
-        reliable = _has_tag(req, "Require", "100rel")
-        # An offerless INVITE's offer would have to go in a reliable 180 (RFC 3261
-        # §13.2.1), its answer in the PRACK: we answer at once instead.
-        if not body.siprec and self.config.answer_delay > 0 and not (reliable and body.sdp is None):
-            out.append(self._ringing(dialog, tx, reliable, now))
-            dialog.answer_at = now + self.config.answer_delay
-            return out
-        return out + self._answer(dialog, now)
+        if body.siprec or self.config.answer_delay <= 0:
+            return out + self._answer(dialog, now)
+        dialog.answer_at = now + self.config.answer_delay
+        if _has_tag(req, "Require", "100rel"):
+            return out + self._reliable_ringing(dialog, tx, now)
+        # unreliable: no SDP (it could only preview the 2xx's answer, RFC 3261 §13.2.1),
+        # so no media before our 200; the call starts then
+        return [*out, self._reply(tx, 180, now, to_tag=dialog.local_tag)]
 
-    def _ringing(
-        self, dialog: Dialog, tx: ServerTransaction, reliable: bool, now: float
-    ) -> Outgoing:
-        if not reliable:
-            return self._reply(tx, 180, now, to_tag=dialog.local_tag)
+    def _reliable_ringing(
+        self, dialog: Dialog, tx: ServerTransaction, now: float
+    ) -> list[Outgoing]:
+        """RFC 3262 with SDP (RFC 3261 §13.2.1, RFC 6337 §2.1): the call starts now and
+        the 180 carries the answer to the INVITE's offer, or, for an offerless INVITE,
+        our offer (its answer then comes in the PRACK). Media flows before our 200 (the
+        dialog's early media); the 200, sent once the 180 is PRACKed, repeats the same
+        SDP (same o= version): offer/answer is already complete."""
+        refused = self._open(dialog, now, early=True)
+        if refused:
+            return refused
+        assert dialog.answer is not None
         rseq = secrets.randbelow(2**31 - 2) + 1
         cseq, _ = parse_cseq(tx.request.headers.get("CSeq") or "")
         extra = self._dialog_headers(dialog, tx.request, session_timer=False)
         extra += [("Require", "100rel"), ("RSeq", str(rseq))]
-        out = self._reply(tx, 180, now, to_tag=dialog.local_tag, extra=extra)
+        out = self._reply(
+            tx, 180, now, to_tag=dialog.local_tag, extra=extra, body=bytes(dialog.answer)
+        )
         t1 = self.config.timers.t1
         dialog.reliable = ReliableProvisional(rseq, cseq, out, t1, now + t1, now + 64 * t1)
+        if dialog.offer is None:
+            dialog.late_offer = "prack"
+            self.stats["offer_in_reliable_provisional"] += 1
+        else:
+            self.stats["answer_in_reliable_provisional"] += 1
         self.stats["reliable_provisionals"] += 1
-        return out
+        return [out]
 
     def _identity(self, req: SipRequest, body: RequestBody) -> CallerIdentity:
         """The INVITE's caller identity inputs. A SIPREC INVITE's From and To are the
@@ -297,9 +314,37 @@ class SipUas:
         return RoleStatement(header, tuple(i for i, _ in audio), labels)
 
     def _answer(self, dialog: Dialog, now: float) -> list[Outgoing]:
+        """Our 200 to the INVITE. A call started at a reliable 180 sends the SDP that
+        180 carried, unchanged (RFC 6337 §3.1: no second answer), and leaves the
+        dialog's early media (``sip_dialog``) for answered."""
         dialog.answer_at = None
-        dialog.reliable = None  # answered: stop retransmitting the 180 (RFC 3262 §3)
         req, tx = dialog.invite_tx.request, dialog.invite_tx
+        if not dialog.call_id:
+            refused = self._open(dialog, now, early=False)
+            if refused:
+                return refused
+        else:
+            call = self.controller.calls.get(dialog.call_id)
+            if call is not None and call.state_said == ("early", "sip_dialog"):
+                self.controller.set_call_state(call.call_id, StateHint("sip_dialog", ("answered",)))
+        assert dialog.answer is not None
+        extra = self._dialog_headers(dialog, req)
+        _arm_session_timer(dialog, req, now)
+        return [
+            self._reply(
+                tx, 200, now, to_tag=dialog.local_tag, extra=extra, body=bytes(dialog.answer)
+            )
+        ]
+
+    def _open(self, dialog: Dialog, now: float, *, early: bool) -> list[Outgoing]:
+        """Start the call and build our SDP (the answer, or a late offer) into
+        ``dialog.answer``; returns the INVITE's 503 when a plain call finds no capacity
+        (nothing else: started). ``early``: before our 2xx (a reliable 180): a call the
+        PBX says nothing about is the dialog's early media (``sip_dialog``) until the 200."""
+        req, tx = dialog.invite_tx.request, dialog.invite_tx
+        state = self._call_state(req)
+        if early and state is None:
+            state = StateHint("sip_dialog", ("early",))
         setup = CallSetup(
             "siprec" if dialog.siprec else "sip",
             dialog.sip_call_id,
@@ -309,7 +354,7 @@ class SipUas:
             identity=dialog.identity,
             tenant_hints=self._tenant_hints(req, dialog.metadata),
             source=tx.peer.host,
-            call_state=self._call_state(req),
+            call_state=state,
             leg_roles_said=self._leg_roles(req, dialog.offer, dialog.streams),
         )
         try:
@@ -348,13 +393,7 @@ class SipUas:
                 session_id=dialog.sdp_session,
                 version=dialog.sdp_version,
             )
-        extra = self._dialog_headers(dialog, req)
-        _arm_session_timer(dialog, req, now)
-        return [
-            self._reply(
-                tx, 200, now, to_tag=dialog.local_tag, extra=extra, body=bytes(dialog.answer)
-            )
-        ]
+        return []
 
     def _sequenced(
         self, tx: ServerTransaction, req: SipRequest, now: float
@@ -378,7 +417,7 @@ class SipUas:
         dialog = self._sequenced(tx, req, now)
         if isinstance(dialog, list):
             return dialog
-        if not dialog.call_id and req.method == "INVITE":
+        if not dialog.invite_tx.final and req.method == "INVITE":
             self.stats["reinvite_before_answer"] += 1
             return [self._reply(tx, 500, now, extra=[("Retry-After", _retry_after())])]
         if req.method == "INVITE" and not dialog.invite_tx.acked:
@@ -389,6 +428,10 @@ class SipUas:
             return [self._reply(tx, exc.status or 400, now, extra=_accept_if(exc.status))]
         if not dialog.call_id:
             return [self._early_update(tx, req, body, dialog, now)]
+        if body.sdp is not None and dialog.late_offer == "prack":
+            # RFC 3311 §5.2: our offer (in the reliable 180) is not answered yet
+            self.stats["early_update_offer_refused"] += 1
+            return [self._reply(tx, 491, now)]
         streams: list[NegotiatedStream] | None = None
         if body.sdp is not None:
             try:
@@ -428,11 +471,12 @@ class SipUas:
     def _early_update(
         self, tx: ServerTransaction, req: SipRequest, body: RequestBody, dialog: Dialog, now: float
     ) -> Outgoing:
-        """UPDATE in the early dialog (RFC 3311). With SDP: 500 + Retry-After, as §5.2
-        requires while the INVITE's offer is unanswered (our 180 carries no SDP; an
-        offerless INVITE's offer is ours, in the 2xx). Without: 200 at once, its call
-        state and leg roles held and applied in order when the delayed answer starts the
-        call (as an early INFO's call state)."""
+        """UPDATE in the early dialog of an unreliable 180 (RFC 3311; after a reliable
+        one the call has started and ``_modify`` takes it). With SDP: 500 +
+        Retry-After, as §5.2 requires while the INVITE's offer is unanswered (that 180
+        carries no SDP; an offerless INVITE's offer is ours, in the 2xx). Without: 200
+        at once, its call state and leg roles held and applied in order when the delayed
+        answer starts the call (as an early INFO's call state)."""
         if body.sdp is not None:
             self.stats["early_update_offer_refused"] += 1
             return self._reply(tx, 500, now, extra=[("Retry-After", _retry_after())])
@@ -546,18 +590,62 @@ class SipUas:
         return self._reply(tx, 500, now, extra=[("Retry-After", _retry_after())])
 
     def _on_prack(self, tx: ServerTransaction, req: SipRequest, now: float) -> list[Outgoing]:
-        """RFC 3262 §3: a PRACK whose RAck names our pending reliable provisional stops
-        its retransmissions; one for anything else is 481."""
+        """RFC 3262 §3: a PRACK whose RAck names our pending reliable 180 stops its
+        retransmissions; one for anything else is 481. When the 180 held our offer the
+        PRACK must hold the answer (§5): without one, or one taking no codec we offered,
+        the PRACK gets 200 and the INVITE 488 (the call ends). After an answer in the
+        180 a PRACK may hold a new offer: answered in its 200 (as an UPDATE's). A
+        delayed answer that fell due while waiting for the PRACK is sent now."""
         dialog = self._dialog_of(req)
         rel = dialog.reliable if dialog is not None else None
         if dialog is None or rel is None or not rel.rack_matches(req.headers.get("RAck") or ""):
             self.stats["prack_unmatched"] += 1
             return [self._reply(tx, 481, now)]
-        cseq, _ = parse_cseq(req.headers.get("CSeq") or "")
-        dialog.remote_cseq = max(dialog.remote_cseq, cseq)
         dialog.reliable = None
         self.stats["prack"] += 1
-        return [self._reply(tx, 200, now, to_tag=dialog.local_tag)]
+        try:
+            sdp = read_body(req).sdp
+        except SipParseError:
+            sdp = None
+        if dialog.late_offer == "prack":
+            dialog.late_offer = ""
+            refused = self._answer_in_prack(dialog, sdp)
+            if refused:
+                out = [self._reply(tx, 200, now, to_tag=dialog.local_tag)]
+                warning = [("Warning", f'399 callshield "{refused}"')]
+                invite_tx = dialog.invite_tx
+                out.append(self._reply(invite_tx, 488, now, to_tag=dialog.local_tag, extra=warning))
+                self._end(dialog, refused)
+                return out
+        elif sdp is not None:
+            out = self._modify(tx, req, now)  # a new offer, answered in the PRACK's 200
+            return out + self._answer_if_due(dialog, now)
+        cseq, _ = parse_cseq(req.headers.get("CSeq") or "")
+        dialog.remote_cseq = max(dialog.remote_cseq, cseq)
+        out = [self._reply(tx, 200, now, to_tag=dialog.local_tag)]
+        return out + self._answer_if_due(dialog, now)
+
+    def _answer_in_prack(self, dialog: Dialog, sdp: SessionDescription | None) -> str:
+        """Our reliable 180 held the offer: take the PRACK's answer (RFC 3262 §5);
+        returns why it is refused ("" when taken)."""
+        if sdp is None:
+            self.stats["prack_without_answer"] += 1
+            return "no_answer_in_prack"
+        if not any(s.accepted for s in dialog.streams):
+            return ""  # answered unanalysed (capacity): nothing to open
+        try:
+            streams = accept_answer(dialog.streams, sdp)
+        except NotAcceptableError:
+            self.stats["bad_answer_in_prack"] += 1
+            return "bad_answer_in_prack"
+        self.controller.update_call(dialog.call_id, streams, None)
+        dialog.offer, dialog.streams = sdp, streams
+        return ""
+
+    def _answer_if_due(self, dialog: Dialog, now: float) -> list[Outgoing]:
+        if dialog.key in self.dialogs and dialog.answer_at is not None and now >= dialog.answer_at:
+            return self._answer(dialog, now)
+        return []
 
     # ---- timers, hang-up, draining -----------------------------------------------------
 
@@ -573,8 +661,8 @@ class SipUas:
                 out += self._retransmit_reliable(dialog, now)
                 if dialog.key not in self.dialogs:
                     continue
-            if dialog.answer_at is not None and now >= dialog.answer_at:
-                out += self._answer(dialog, now)
+            if dialog.reliable is None and dialog.answer_at is not None and now >= dialog.answer_at:
+                out += self._answer(dialog, now)  # (a reliable 180 held SDP: not before its PRACK)
             elif dialog.session_expires_at is not None and now >= dialog.session_expires_at:
                 self.stats["session_timer_expired"] += 1
                 out += self.hangup(dialog.call_id, "session_timer_expired", now)
@@ -601,8 +689,14 @@ class SipUas:
         return [rel.out]
 
     def hangup(self, call_id: str, reason: str, now: float) -> list[Outgoing]:
-        """End a call from our side: BYE to the peer, then the call ends."""
+        """End a call from our side: BYE to the peer, then the call ends. A call started
+        in the early dialog (a reliable 180) before our 2xx gets 480 to its INVITE
+        instead (RFC 3261 §15: the callee ends an early dialog with a final response)."""
         for dialog in list(self.dialogs.values()):
+            if dialog.call_id == call_id and not dialog.invite_tx.final:
+                reply = self._reply(dialog.invite_tx, 480, now, to_tag=dialog.local_tag)
+                self._end(dialog, reason)
+                return [reply]
             if dialog.call_id == call_id:
                 port = _contact_parts(self.config, dialog.peer, "")[1]
                 branch, bye = dialog.bye(self.config.host, port)
@@ -620,7 +714,7 @@ class SipUas:
 
     def next_deadline(self) -> float | None:
         times = [self.transactions.next_deadline(), self.clients.next_deadline()]
-        times += [d.answer_at for d in self.dialogs.values()]
+        times += [d.answer_at for d in self.dialogs.values() if d.reliable is None]
         times += [d.session_expires_at for d in self.dialogs.values()]
         for d in self.dialogs.values():
             if d.reliable is not None:

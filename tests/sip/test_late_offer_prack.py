@@ -156,7 +156,8 @@ def test_no_prack_rejects_the_invite_after_64_t1() -> None:
         statuses += [r.status for r in responses(h.uas.poll(t))]
     assert statuses.count(180) == 6  # at 0.5, 1.5, 3.5, 7.5, 15.5, 31.5 s (no T2 cap)
     assert statuses[-1] == 500
-    assert h.controller.calls == {} and h.uas.dialogs == {} and h.events() == []
+    assert h.controller.calls == {} and h.uas.dialogs == {} and h.media.legs == {}
+    assert h.events() == [("started", ""), ("ended", "prack_timeout")]  # started at the 180
 
 
 def test_supported_100rel_alone_keeps_the_180_unreliable() -> None:
@@ -168,11 +169,113 @@ def test_supported_100rel_alone_keeps_the_180_unreliable() -> None:
     assert ok.status == 200
 
 
-def test_required_100rel_with_late_offer_answers_at_once() -> None:
+def _prack(tag: str, rseq: str, *, cseq: int = 2, body: str = "") -> bytes:
+    return in_dialog("PRACK", tag, cseq=cseq, branch=f"z9hG4bKpr{cseq}", body=body).replace(
+        b"Content-Length", f"RAck: {rseq} 1 INVITE\r\nContent-Length".encode()
+    )
+
+
+def test_reliable_180_carries_the_answer_and_the_200_repeats_it() -> None:
+    """RFC 3261 §13.2.1 / RFC 6337: the INVITE's offer is answered in the first
+    reliable non-failure response; the 200 repeats it byte for byte (no second
+    answer), and not before the 180's PRACK (RFC 3262 §3). Media before the 200 is
+    the dialog's early media."""
+    h = harness(answer_delay=1.0)
+    _trying, ringing = h.send(invite(extra="Require: 100rel\n"))
+    assert ringing.status == 180 and ringing.headers.get("Content-Type") == "application/sdp"
+    answer = SessionDescription.parse(ringing.body)
+    (m,) = answer.media
+    (call,) = h.controller.calls.values()
+    (leg,) = call.legs.values()
+    assert (m.port, m.direction) == (leg.local_port, "recvonly") and leg.local_port == 40000
+    assert call.early_media and call.state_said == ("early", "sip_dialog")
+    waiting = [r.status for r in responses(h.uas.poll(1.2))]
+    assert waiting == [180]  # retransmitted; the 200 is due but the 180 holds SDP (no PRACK)
+    prack_ok, ok = h.send(_prack(_tag(ringing), ringing.headers.get("RSeq") or ""), now=1.3)
+    assert (prack_ok.status, prack_ok.body) == (200, b"")
+    assert prack_ok.headers.get("CSeq") == "2 PRACK" and ok.headers.get("CSeq") == "1 INVITE"
+    assert ok.status == 200 and ok.body == ringing.body  # same o= version: not a new answer
+    assert not call.early_media and h.events() == [("started", ""), ("updated", "answered")]
+    assert h.controller.call_states.snapshot() == {
+        ("said", "sip_dialog", "early"): 1,
+        ("said", "sip_dialog", "answered"): 1,
+    }
+    assert h.uas.stats["answer_in_reliable_provisional"] == 1
+
+
+def test_pbx_saying_early_keeps_the_call_early_after_our_200() -> None:
+    h = harness(answer_delay=0.5)
+    _trying, ringing = h.send(invite(extra="Require: 100rel\nX-CallShield-Call-State: early\n"))
+    h.send(_prack(_tag(ringing), ringing.headers.get("RSeq") or ""), now=0.1)
+    (ok,) = responses(h.uas.poll(0.5))
+    (call,) = h.controller.calls.values()
+    assert ok.status == 200 and call.state_said == ("early", "sip_header")  # the PBX's word
+
+
+def test_offerless_invite_gets_our_offer_in_the_reliable_180_and_the_answer_in_prack() -> None:
     h = harness(answer_delay=2.0)
-    statuses = [r.status for r in h.send(invite(body="", extra="Require: 100rel\n"))]
-    assert statuses == [100, 200]  # the offer would have to ride a reliable 180
+    _trying, ringing = h.send(invite(body="", extra="Require: 100rel\n"))
+    assert ringing.status == 180 and ringing.headers.get("RSeq")
+    (m,) = SessionDescription.parse(ringing.body).media
+    assert (m.port, m.direction, m.formats[0]) == (40000, "recvonly", "0")
+    tag, rseq = _tag(ringing), ringing.headers.get("RSeq") or ""
+    g722 = ANSWER.replace("RTP/AVP 8 101", "RTP/AVP 9").replace("PCMA/8000", "G722/8000")
+    (offer_upd,) = h.send(in_dialog("UPDATE", tag, cseq=2, branch="z9hG4bKu", body=g722), 0.1)
+    assert offer_upd.status == 491  # RFC 3311 §5.2: our offer is still unanswered
+    (prack_ok,) = h.send(_prack(tag, rseq, cseq=3, body=ANSWER), now=0.2)
+    assert prack_ok.status == 200
+    (call,) = h.controller.calls.values()
+    (leg,) = call.legs.values()
+    assert (leg.codec, leg.remote) == ("PCMA", ("192.0.2.10", 49170))
+    (ok,) = responses(h.uas.poll(2.0))
+    assert ok.status == 200 and ok.body == ringing.body  # our offer, unchanged
+    assert h.uas.on_datagram(_ack(tag), PEER, 2.1) == []  # no answer due in the ACK
+    assert h.events() == [("started", ""), ("updated", ""), ("updated", "answered")]
+    assert h.uas.stats["offer_in_reliable_provisional"] == 1
+
+
+def test_prack_without_the_answer_to_our_offer_fails_the_invite() -> None:
+    h = harness(answer_delay=2.0)
+    _trying, ringing = h.send(invite(body="", extra="Require: 100rel\n"))
+    prack_ok, refused = h.send(_prack(_tag(ringing), ringing.headers.get("RSeq") or ""), 0.1)
+    assert (prack_ok.status, refused.status) == (200, 488)
+    assert refused.headers.get("CSeq") == "1 INVITE" and "no_answer_in_prack" in (
+        refused.headers.get("Warning") or ""
+    )
+    assert h.controller.calls == {} and h.media.legs == {} and h.uas.dialogs == {}
+    assert h.events() == [("started", ""), ("ended", "no_answer_in_prack")]
+    assert h.uas.stats["prack_without_answer"] == 1
+    again = [r.status for t in (0.7, 1.7, 3.0) for r in responses(h.uas.poll(t))]
+    assert again and set(again) == {488}  # the 488 until its ACK; no 180 again, no 200
 
 
 def _ack(tag: str, *, cseq: int = 1, branch: str = "z9hG4bKack1", body: str = "") -> bytes:
     return in_dialog("ACK", tag, cseq=cseq, branch=branch, body=body)
+
+
+def test_a_new_offer_in_the_prack_after_the_180s_answer_is_answered_in_its_200() -> None:
+    h = harness(answer_delay=1.0)
+    _trying, ringing = h.send(invite(extra="Require: 100rel\n"))
+    moved = ANSWER.replace("49170", "50010").replace("a=sendonly", "a=sendrecv")
+    (prack_ok,) = h.send(_prack(_tag(ringing), ringing.headers.get("RSeq") or "", body=moved))
+    assert prack_ok.status == 200 and prack_ok.headers.get("CSeq") == "2 PRACK"
+    answer = SessionDescription.parse(prack_ok.body)
+    assert answer.lines[1][1].split()[2] == "1"  # o= version moved on: a new answer
+    (call,) = h.controller.calls.values()
+    (leg,) = call.legs.values()
+    assert (leg.remote, leg.codec) == (("192.0.2.10", 50010), "PCMA")
+    (ok,) = responses(h.uas.poll(1.0))
+    assert ok.status == 200 and ok.body == prack_ok.body  # the session as it now stands
+
+
+def test_ending_a_call_before_our_200_answers_its_invite_480_not_bye() -> None:
+    h = harness(answer_delay=60.0, rtp_timeout=5.0)
+    _trying, ringing = h.send(invite(extra="Require: 100rel\n"))
+    h.send(_prack(_tag(ringing), ringing.headers.get("RSeq") or ""), now=0.1)
+    (leg_id,) = h.media.legs
+    h.media.idle[leg_id] = 6 * 10**9  # no RTP for longer than rtp_timeout
+    out = h.uas.poll(1.0)
+    assert _byes(out) == []  # RFC 3261 §15: no BYE in an early dialog from the callee
+    (gone,) = responses(out)
+    assert (gone.status, gone.headers.get("CSeq")) == (480, "1 INVITE")
+    assert h.events() == [("started", ""), ("ended", "rtp_timeout")]
