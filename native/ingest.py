@@ -415,6 +415,11 @@ class Ingest:
         fill_addr(addr, host, port)
         _check(lib.cs_ingest_expect_source(self._live(), stream_id, addr), "expect_source")
 
+    def set_ssrc(self, stream_id: int, ssrc: int) -> None:
+        """A shared leg's SSRC from new signalling (0: none), re-keyed in place: stream,
+        SRTP state and counters kept (IngestError EEXIST: another leg holds the key)."""
+        _check(lib.cs_ingest_set_ssrc(self._live(), stream_id, ssrc), "set_ssrc")
+
     def set_paused(self, stream_id: int, paused: bool) -> None:
         _check(lib.cs_ingest_set_paused(self._live(), stream_id, int(paused)), "set_paused")
 

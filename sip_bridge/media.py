@@ -416,10 +416,12 @@ class MediaEngine:
         remote: tuple[str, int] | None,
         ssrc: int,
     ) -> None:
-        """Re-key a shared leg (lock held): a new table or SSRC re-creates its stream (the
-        old one restored if the new key is taken), a new address alone re-keys in C."""
+        """Re-key a shared leg (lock held): a new table re-creates its stream (the old one
+        restored if the new key is taken); a new SSRC or address re-keys it in C, keeping
+        the stream (SRTP per-SSRC state, counters): a re-INVITE naming the SSRC the leg
+        already followed, or the next one, must not reset its replay protection."""
         portless = remote is None or not remote[1]
-        if pts != leg.payload_types or ssrc != leg.ssrc or (portless and remote != leg.remote):
+        if pts != leg.payload_types or (portless and remote != leg.remote):
             self._ingest.remove_stream(leg.stream_id)
             del self._by_stream[leg.stream_id]
             try:
@@ -431,6 +433,13 @@ class MediaEngine:
             leg.stream_id = sid
             self._by_stream[sid] = leg.leg_id
             return
+        if ssrc != leg.ssrc:
+            try:
+                self._ingest.set_ssrc(leg.stream_id, ssrc)
+            except (OSError, ValueError) as exc:
+                self._refused_rekey(leg, remote, ssrc, exc)
+                return
+            leg.ssrc = ssrc
         if remote != leg.remote:
             assert remote is not None
             try:

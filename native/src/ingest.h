@@ -288,6 +288,13 @@ int cs_ingest_push_event(cs_ingest *ing, int32_t id, const uint8_t *payload, siz
 int cs_ingest_rearm(cs_ingest *ing, int32_t id, int64_t now_ns);
 /* On a shared leg this also re-keys its demux entry (-EEXIST: held by another leg). */
 int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *addr);
+/* A shared leg's SSRC from new signalling (a re-INVITE's a=ssrc; 0: none), re-keyed in
+ * place: the stream, its jitter buffer, source lock, SRTP context (per-SSRC index and
+ * replay state) and counters are kept, so a re-INVITE naming the SSRC the leg already
+ * followed, or announcing the next one, costs nothing. 0, -ENOENT, -EOPNOTSUPP (not a
+ * shared leg), -EINVAL (no port in its expected source and ssrc 0), -EEXIST (another
+ * leg holds the new key: the old one is kept). */
+int cs_ingest_set_ssrc(cs_ingest *ing, int32_t id, uint32_t ssrc);
 int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused);
 /* SRTP on a socket leg (SDES, RFC 4568): key_salt as the a=crypto line's inline key,
  * suite CS_SRTP_* (CS_SRTP_NONE: plain RTP again, key ignored). From then on every

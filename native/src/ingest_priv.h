@@ -168,6 +168,9 @@ int shared_sync_keys(cs_ingest *ing, ingest_slot *s, int32_t id);
 /* cs_ingest_expect_source's part for a shared leg: new expected address, re-keyed; 0 or
  * -EINVAL (neither an address with a port nor an SSRC left) / -EEXIST, nothing changed. */
 int shared_expect(cs_ingest *ing, ingest_slot *s, int32_t id, const cs_srclock_addr *addr);
+/* cs_ingest_set_ssrc's part: the leg's configured SSRC now ssrc, re-keyed; 0 or -errno
+ * (the old SSRC and keys kept). */
+int shared_set_ssrc(cs_ingest *ing, ingest_slot *s, int32_t id, uint32_t ssrc);
 void shared_drop_keys(cs_ingest *ing, ingest_slot *s, int32_t id);
 /* The receive path's call after leg s's source lock locked a source or took a new SSRC
  * from its locked address (stream mutex held): a leg keyed by SSRC takes the locked SSRC

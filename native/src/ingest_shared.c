@@ -116,6 +116,17 @@ int shared_expect(cs_ingest *ing, ingest_slot *s, int32_t id, const cs_srclock_a
     return rc;
 }
 
+int shared_set_ssrc(cs_ingest *ing, ingest_slot *s, int32_t id, uint32_t ssrc) {
+    if (!has_port(&s->preset) && !ssrc)
+        return -EINVAL;
+    uint32_t old = s->ssrc;
+    s->ssrc = ssrc;
+    int rc = shared_sync_keys(ing, s, id);
+    if (rc)
+        s->ssrc = old;
+    return rc;
+}
+
 void shared_drop_keys(cs_ingest *ing, ingest_slot *s, int32_t id) {
     pthread_mutex_lock(&ing->demux_mu);
     for (uint32_t i = 0; i < s->nkeys; i++)

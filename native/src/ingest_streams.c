@@ -147,6 +147,15 @@ int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *a
     return rc;
 }
 
+int cs_ingest_set_ssrc(cs_ingest *ing, int32_t id, uint32_t ssrc) {
+    ingest_slot *s = lock_stream(ing, id);
+    if (!s)
+        return -ENOENT;
+    int rc = s->shared >= 0 ? shared_set_ssrc(ing, s, id, ssrc) : -EOPNOTSUPP;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused) {
     ingest_slot *s = lock_stream(ing, id);
     if (!s)

@@ -204,3 +204,35 @@ def test_the_offers_a_ssrc_is_the_legs_ssrc() -> None:
     first, second = negotiate(SessionDescription.parse(sdp.encode()))
     assert (first.remote_host, first.remote_port, first.ssrc) == ("192.0.2.7", 4000, 0x12345678)
     assert second.accepted and second.ssrc == 0  # unparsable: keyed by address alone
+
+
+def test_a_reinvite_changing_only_the_ssrc_rekeys_the_leg_in_place() -> None:
+    """A new a=ssrc alone keeps the leg's stream (its counters go on); a new SSRC whose
+    key another leg holds is refused and counted, and the leg keeps its old key."""
+    ingest, media, sink, shared = _engine()
+    socks = _senders("a")
+    try:
+        src = socks["a"].getsockname()[:2]
+        media.open_leg("rec.0", PCMU, None, remote=src, ssrc=0x1111)
+        media.open_leg("rec.1", PCMU, None, remote=src, ssrc=0x2222)
+        _send(socks, shared, 10, {"a": 0x1111})
+        media.update_leg("rec.0", PCMU, None, remote=src, ssrc=0x2222)  # rec.1's key
+        assert media.counters()["shared_rekey_refused"] == 1
+        media.update_leg("rec.0", PCMU, None, remote=src, ssrc=0x3333)
+        time.sleep(0.1)  # the old SSRC goes quiet
+        _send(socks, shared, 25, {"a": 0x3333})
+
+        def counters() -> dict[str, int]:
+            stats = media.stats("rec.0")["counters"]
+            assert isinstance(stats, dict)
+            return stats
+
+        assert wait_for(lambda: counters()["datagrams"] == 35)  # the same stream: 10 + 25
+        assert counters()["locked_ssrc"] == 0x3333
+        assert wait_for(lambda: len(sink.captured("rec.0").by_rtp_ts) >= 15)
+        assert sink.captured("rec.1").by_rtp_ts == {}
+        assert media.counters()["shared_rekey_refused"] == 1
+    finally:
+        media.stop()
+        ingest.close()
+        socks["a"].close()
