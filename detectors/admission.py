@@ -29,6 +29,7 @@ unanalysed (``shed``: SIPREC still gets its 200, the call is marked
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -40,6 +41,26 @@ import numpy as np
 
 from detectors.metrics import DetectorMetrics
 from detectors.prewarm_cost import PrewarmCosts
+
+# seed_margin's allowed range: below 1 the seed would undercut the pre-warm's own
+# full-pool cost; past 4 (measured need here 1.18-1.36) it is most likely a typo (12 for
+# 1.2) that would throw away three quarters of the node's capacity or more
+SEED_MARGIN_MIN = 1.0
+SEED_MARGIN_MAX = 4.0
+
+
+def check_seed_margin(value: float) -> float:
+    """``value`` when it is a usable seed margin, else ValueError saying why."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"seed margin must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or not SEED_MARGIN_MIN <= value <= SEED_MARGIN_MAX:
+        raise ValueError(
+            f"seed margin {value!r} is outside {SEED_MARGIN_MIN}-{SEED_MARGIN_MAX}: it "
+            "multiplies the pre-warm's full-pool cost per window to seed the capacity "
+            "estimate (1.0 = the pre-warm's cost as measured, 1.2 = 20 % for the rest "
+            "of the process)"
+        )
+    return float(value)
 
 
 class OverloadPolicy(StrEnum):
@@ -59,8 +80,12 @@ class AdmissionConfig:
     # the pre-warm's full-pool costs times this seed the estimate: the rest of the
     # process (playout tick, ingest, VAD gate, publisher) takes CPU the pre-warm cannot
     # see. Measured on the 2-core box with the 8 kHz AASIST set at 40 calls: costs under
-    # load 1.18-1.36x the pre-warm's (docs/operations.md, Admission)
+    # load 1.18-1.36x the pre-warm's (docs/operations.md, Admission). The bridge's
+    # CALLSHIELD_ADMISSION_SEED_MARGIN; SEED_MARGIN_MIN..SEED_MARGIN_MAX (ValueError)
     seed_margin: float = 1.2
+
+    def __post_init__(self) -> None:
+        check_seed_margin(self.seed_margin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +136,7 @@ class Admission:
         """Before any call: each detector's pre-warm cost per window with the pool
         full, times ``seed_margin``, becomes its estimate, and the ratio of that to its
         cost alone scales what a quiet pool measures from then on."""
-        margin = max(1.0, self.config.seed_margin)
+        margin = self.config.seed_margin
         loaded = {d: c * margin for d, c in costs.loaded.items()}
         with self._lock:
             self._prewarm = replace(costs, loaded=loaded)  # what a full node pays
@@ -193,7 +218,7 @@ class Admission:
             return None
         return {
             "capacity": self._seeded,
-            "margin": max(1.0, self.config.seed_margin),
+            "margin": self.config.seed_margin,
             "loaded_cost_per_window_s": dict(pw.loaded),
             "alone_cost_per_window_s": {d: dict(c) for d, c in pw.alone.items()},
             "contention": {

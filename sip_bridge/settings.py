@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from detectors.admission import check_seed_margin
 from sip_bridge.sip.trust import PeerTrust
 from sip_bridge.tenant import HEADER_NAME_RE, TenantRules
 
@@ -94,6 +95,14 @@ class Settings(BaseSettings):
     # prints the ratio), a smaller batch trades nothing for a shorter wait
     detector_max_batch: int = Field(default=8, ge=1, le=256)
     max_analysed_calls: int = Field(default=200, ge=0)
+    # admission's estimate before the first call (detectors.admission, docs/operations.md
+    # "Admission") is the pre-warm's full-pool cost per window times this, for the CPU the
+    # pre-warm cannot see (playout tick, ingest, VAD gate, publisher; measured 1.18-1.36 on
+    # the 2-core reference box). Raise it when the node falls behind (queue wait, late
+    # alerts) at the seeded capacity: fewer calls are analysed before real costs are
+    # measured. Lower it (not below 1.0) when the node idles at that capacity. 1.0-4.0;
+    # shown in /ready "capacity"
+    admission_seed_margin: float = 1.2
     dev_fixture_models: Literal["", "tiny", "full"] = ""
     # audio provenance (DESIGN §2): the replay fingerprinter beside the installed models,
     # and the echo gate masking the internal leg's audio leaking into the external leg
@@ -174,6 +183,11 @@ class Settings(BaseSettings):
     # signalling source (trunk address or network) -> tenant, most specific network
     # wins, e.g. {"10.1.0.0/16": "acme", "192.0.2.7": "globex"}
     tenant_by_source: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("admission_seed_margin")
+    @classmethod
+    def _seed_margin(cls, value: float) -> float:
+        return check_seed_margin(value)
 
     @field_validator("sip_listen")
     @classmethod

@@ -189,7 +189,11 @@ class Wiring:
                 lanes=concurrency.lane(),
                 max_legs=max(1, 2 * max_calls),
                 ring_s=2 * longest + 2.0,
-                admission=AdmissionConfig(max_calls=max_calls, policy=OverloadPolicy.SHED),
+                admission=AdmissionConfig(
+                    max_calls=max_calls,
+                    policy=OverloadPolicy.SHED,
+                    seed_margin=settings.admission_seed_margin,
+                ),
                 node_id=self.bus_settings.node_id,
             ),
             metrics=self.detector_metrics,
@@ -364,6 +368,7 @@ class Wiring:
             "seeded": adm.seeded_capacity(),
             "active": adm.active(),
             "remaining": adm.remaining(),
+            "seed_margin": adm.config.seed_margin,  # CALLSHIELD_ADMISSION_SEED_MARGIN
         }
         details = {"checks": checks, "detectors": len(self.detectors), "capacity": capacity}
         return ok, details | {"policy_version": self.runtime.policy.version}

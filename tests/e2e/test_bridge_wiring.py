@@ -126,6 +126,7 @@ def test_the_command_reports_ready_with_dev_fixture_models(tmp_path: Path) -> No
         "REDIS_URL": server.url,
         "CALLSHIELD_STATE_DIR": str(tmp_path / "state"),
         "CALLSHIELD_MODELS_DIR": str(tmp_path / "models"),
+        "CALLSHIELD_ADMISSION_SEED_MARGIN": "1.5",
     }
     cmd = [sys.executable, "-m", "sip_bridge.cli", "bridge", "--sip-listen", "127.0.0.1:0"]
     cmd += ["--rtp-ports", "39800-39819", "--http-listen", f"127.0.0.1:{http_port}"]
@@ -138,8 +139,10 @@ def test_the_command_reports_ready_with_dev_fixture_models(tmp_path: Path) -> No
         status, body = _get(url + "/metrics")
         assert status == 200 and b"callshield_detectors_ready 1.0" in body
         # admission's estimate before any call: seeded by the pre-warm timings
-        seeded = json.loads(_get(url + "/ready")[1])["capacity"]["seeded"]
+        capacity = json.loads(_get(url + "/ready")[1])["capacity"]
+        seeded = capacity["seeded"]
         assert isinstance(seeded, int) and seeded > 0
+        assert capacity["seed_margin"] == 1.5  # CALLSHIELD_ADMISSION_SEED_MARGIN
         assert f"callshield_capacity_seeded_calls {float(seeded)}".encode() in body
         assert _get(url + "/health")[0] == 200
         proc.send_signal(signal.SIGTERM)
