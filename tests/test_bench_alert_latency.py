@@ -2,18 +2,22 @@
 and its own redis-server; every marked utterance raised an alert whose Redis time follows
 the marker's onset, under load (calls started staggered, the default) and in the
 single-call baseline, each one measured from the utterance's last packet with its
-stages, and every policy change reached the bridge."""
+stages, and every policy change reached the bridge; ``--trace`` writes each call's
+window timeline, relative to its utterance end."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
-def test_bench_alert_latency_tiny_json() -> None:
+def test_bench_alert_latency_tiny_json(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    cmd = [sys.executable, "-m", "sip_bridge.cli", "bench", "alert-latency", "--tiny", "--json"]
     out = subprocess.run(
-        [sys.executable, "-m", "sip_bridge.cli", "bench", "alert-latency", "--tiny", "--json"],
+        [*cmd, "--trace", str(trace)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -41,3 +45,15 @@ def test_bench_alert_latency_tiny_json() -> None:
     assert len(load["first_packet_span_s"]) == 1
     assert [(r["refused"], r["no_alert"]) for r in load["per_round"]] == [(0, 0)]
     assert set(result["summary"]) >= {"load_p50_ms", "baseline_p50_ms", "ratio_p50"}
+    # the trace: every analysed call's windows, the alert's among them, and the bank's
+    # utterance end where the marked utterance ended
+    timelines = json.loads(trace.read_text())
+    assert [t["kind"] for t in timelines] == ["load", "load", "baseline"]
+    for t in timelines:
+        ends = [w["end"] for w in t["windows"]]
+        assert ends == sorted(ends) and t["utterance_end_leg_s"] > 0
+        assert all(w["cut"] in ("grid", "utterance_end") for w in t["windows"])
+        assert all((w["score"] is None) != (w["abstained"] is None) for w in t["windows"])
+        assert abs(t["noted_ends"][-1]) <= 0.1
+        hit = next(w for w in t["windows"] if w["end"] == t["alert_window_end"])
+        assert hit["score"] >= hit["threshold"] and t["alert_ms"] is not None

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import random
 import tempfile
@@ -84,6 +85,7 @@ from sip_bridge.bench.arrivals import (
     window_cost_s,
 )
 from sip_bridge.bench.report import summarize
+from sip_bridge.bench.window_trace import WindowTrace
 from sip_bridge.demo import find_speech, leg_audio
 from sip_bridge.wiring import Wiring
 
@@ -125,6 +127,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model hop; at most --lead-s)",
     )
     parser.add_argument("--arrival-seed", type=int, default=0, help="staggered: the draw's seed")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        help="write every call's synthetic_voice window timeline (grid and utterance-end "
+        "windows, scores, abstentions, the alert's window) to this JSON file",
+    )
 
 
 _SV = Dimension.SYNTHETIC_VOICE
@@ -141,6 +149,7 @@ class _Stamps:
         self.stage: ResultStage | None = runtime.stage
         self.windows: dict[tuple[str, float], tuple[float, float, float, float]] = {}
         self.alerts: dict[str, tuple[float, float]] = {}  # call -> (handed, trigger end_s)
+        self.trace: WindowTrace | None = None
         self._lock = threading.Lock()
         runtime.fusion.publisher = self
         runtime.stage = self
@@ -175,6 +184,8 @@ class _Stamps:
         t_in = time.time()
         out = (result,) if self.stage is None else self.stage.process(result)
         t_out = time.time()
+        if self.trace is not None:
+            self.trace.note(result)
         with self._lock:
             if result.dimension is _SV and result.score is not None:
                 key = (result.key.call_id, round(result.key.end_s, 3))
@@ -396,6 +407,25 @@ def _spoof_utterance(
     return out
 
 
+def _write_trace(
+    path: Path, stamps: _Stamps, load: list[ApiCall], base: list[ApiCall], calls_n: int
+) -> None:
+    """``--trace``: every analysed call's window timeline, load rounds then baseline."""
+    assert stamps.trace is not None
+    out = []
+    for kind, calls in (("load", load), ("baseline", base)):
+        for i, c in enumerate(calls):
+            if c.refused or c.offset_s is None:
+                continue
+            line = stamps.trace.timeline(
+                c.call_id, c.offset_s, c.offset_wall, stamps.alerts.get(c.call_id)
+            )
+            out.append(
+                {"kind": kind, "round": i // max(1, calls_n) if kind == "load" else i} | line
+            )
+    path.write_text(json.dumps(out, indent=1))
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     calls_n, rounds, changes = args.calls, args.rounds, args.policy_changes
     models = "tiny" if args.tiny else args.models
@@ -444,6 +474,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ModelSettings(models_dir=models_dir or Path(tmp) / "no-models"),
             )
             stamps = _Stamps(wiring.runtime)
+            if args.trace is not None:
+                stamps.trace = WindowTrace(wiring.runtime, _SV)
 
             def suspicious(
                 speech: npt.NDArray[np.int16], k: int, onset: float
@@ -493,6 +525,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             client.close()
             server.stop()
+    if stamps.trace is not None:
+        _write_trace(args.trace, stamps, load_calls, base_calls, calls_n)
     load_s, base_s = summarize(load, "ms"), summarize(base, "ms")
     load_end, base_end = _from_end(stamps, load_calls), _from_end(stamps, base_calls)
     p50, base_p50 = load_end["latency"].get("p50"), base_end["latency"].get("p50")
