@@ -22,7 +22,10 @@ marks over them are final (up to ``span_s`` + 200 ms later).
 
 Utterance ends: with an ``UtteranceRule`` set as ``utterances``, the bank notes, per leg,
 where its speech last stopped (the last frame with speech energy, once ``hangover_s`` of
-no speech followed it, at least ``min_apart_s`` after the previous end). A plan made with
+no speech followed it, at least ``min_apart_s`` after the previous end; or, closer to the
+previous end, once ``final_s`` of no speech followed it: a pause inside an utterance
+noted as its end must not hide the utterance's real end, where the caller stops and
+an alert is awaited, for up to a hop). A plan made with
 ``end_gap_s`` then also cuts a window *ending there* (marked ``urgent``: the scheduler
 runs it without waiting to fill a batch), unless its last window ended less than
 ``end_gap_s`` before, and its fixed grid restarts from that end (next window one hop
@@ -84,10 +87,21 @@ class UtteranceRule:
 
     hangover_s: float = 0.1  # no speech energy this long after the last voiced frame
     min_apart_s: float = 1.5  # at least this long after the previous utterance end
+    # ... unless no speech came for this long: the caller stopped, and the end noted
+    # before was a pause inside the utterance (None: min_apart_s always holds)
+    final_s: float | None = 0.25
+
+    def __post_init__(self) -> None:
+        if self.final_s is not None and self.final_s < self.hangover_s:
+            raise ValueError(f"final_s {self.final_s} is under hangover_s {self.hangover_s}")
 
     @property
     def hangover_frames(self) -> int:
         return max(1, round(self.hangover_s * 1000 / FRAME_MS))
+
+    @property
+    def final_frames(self) -> int | None:
+        return None if self.final_s is None else max(1, round(self.final_s * 1000 / FRAME_MS))
 
     @property
     def apart_frames(self) -> int:
@@ -305,15 +319,18 @@ class FrameBank:
             self._utterance_ends(self.utterances)
 
     def _utterance_ends(self, rule: UtteranceRule) -> None:
-        """Legs whose speech stopped ``hangover`` ago: note where (vectorised)."""
+        """Legs whose speech stopped ``hangover`` (or ``final``) ago: note where
+        (vectorised)."""
         lv = self.last_voiced
         end = lv + 1
+        silent = self.tick - end
+        new = self._active & (lv >= 0) & (end > self.utterance_end)
         done = (
-            self._active
-            & (lv >= 0)
-            & (self.tick - end >= rule.hangover_frames)
-            & (end - self.utterance_end >= rule.apart_frames)
+            new & (silent >= rule.hangover_frames) & (end - self.utterance_end >= rule.apart_frames)
         )
+        final = rule.final_frames
+        if final is not None:
+            done |= new & (silent >= final)  # the caller stopped: min_apart_s does not hold
         if done.any():
             self.utterance_end[done] = end[done]
 

@@ -3,12 +3,13 @@
 Not a latency benchmark: the frame bank alone (no models run), fed sessions of real
 speech as received 20 ms frames, with the runtime's synthetic-voice plan (window, hop,
 end gap 0.5 s: the installed model's manifest with ``--models-dir``, else 3 s / 1.5 s)
-under each ``--hangover`` and ``--min-apart`` pair. A session is one speaker's utterances
-(the shared corpus's MANIFEST.csv, bona fide, in a seeded random order, each at a random
-level within ±3 dB) with 0.25-1.2 s gaps and, with probability 0.35, a 1.5-8 s listening
-pause. Reported per rule: scored windows, ends cut, ends after which speech resumed within
-250 ms (cut inside a phrase), and the utterances' real ends (last voiced frame of each
-recording) that got a window ending there (within one frame).
+under each ``--hangover``, ``--min-apart`` and ``--final`` (``UtteranceRule.final_s``)
+combination. A session is one speaker's utterances (the shared corpus's MANIFEST.csv,
+bona fide, in a seeded random order, each at a random level within ±3 dB) with 0.25-1.2 s
+gaps and, with probability 0.35, a 1.5-8 s listening pause. Reported per rule: scored
+windows, ends cut, ends after which speech resumed within 250 ms (cut inside a phrase),
+and the utterances' real ends (last voiced frame of each recording) that got a window
+ending there (within one frame).
 """
 
 from __future__ import annotations
@@ -42,7 +43,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hangover", type=float, nargs="+", default=[0.1, 0.08, 0.06, 0.04])
     parser.add_argument("--min-apart", type=float, nargs="+", default=[1.5])
+    parser.add_argument(
+        "--final",
+        type=_final,
+        nargs="+",
+        default=[UtteranceRule().final_s],
+        help="final_s: silence that notes an end inside min_apart ('none': never)",
+    )
     parser.add_argument("--models-dir", type=Path, help="the synthetic-voice model's plan")
+
+
+def _final(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
 
 
 def _default_speech() -> Path:
@@ -148,11 +160,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spec = _spec(args.models_dir)
     sessions = _sessions(args.speech_dir, args.sessions, args.minutes, args.seed)
     rules = []
-    for apart in args.min_apart:
-        for hang in args.hangover:
-            row: dict[str, Any] = {"hangover_s": hang, "min_apart_s": apart}
-            row.update(_measure(spec, sessions, UtteranceRule(hangover_s=hang, min_apart_s=apart)))
-            rules.append(row)
+    for final in args.final:
+        for apart in args.min_apart:
+            for hang in args.hangover:
+                row: dict[str, Any] = {"hangover_s": hang, "min_apart_s": apart, "final_s": final}
+                rule = UtteranceRule(hangover_s=hang, min_apart_s=apart, final_s=final)
+                row.update(_measure(spec, sessions, rule))
+                rules.append(row)
     return {
         "benchmark": "utterance-ends",
         "plan": {"detector": spec.name, "window_s": spec.window_s, "hop_s": spec.hop_s},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from conftest import voice_like
 from test_scheduler_isolation import Collector, FakeDetector
 
@@ -89,10 +90,36 @@ def test_short_pauses_ends_too_close_and_ends_near_a_window_cut_nothing() -> Non
     seen = _run(pcm, RULE)
     assert not any(j.urgent for _, j in seen)
     assert [round(j.key.end_s, 2) for _, j in seen][:4] == [2.0, 3.0, 4.0, 5.0]
-    # two ends 0.3 s apart (under the rule's 0.5 s): the second is not an utterance end
+    # two ends 0.3 s apart (under the rule's 0.5 s): without final_s the second is not
+    # an utterance end
     pcm = _talk((0.0, 3.5), (3.62, 3.8))
-    urgent = [round(j.key.end_s, 2) for _, j in _run(pcm, RULE) if j.urgent]
+    plain = UtteranceRule(hangover_s=0.1, min_apart_s=0.5, final_s=None)
+    urgent = [round(j.key.end_s, 2) for _, j in _run(pcm, plain) if j.urgent]
     assert urgent == [3.5], urgent
+
+
+def test_a_pause_noted_as_an_end_does_not_hide_the_real_end() -> None:
+    # speech to 2.1 s, a 0.2 s pause (an end: over the hangover, but only 0.1 s after
+    # the grid window at 2.0, so no window is cut there), speech again to 3.5 s, then
+    # silence: the real end comes 1.4 s after the pause, inside min_apart_s (1.5 s)
+    pcm = _talk((0.0, 2.1), (2.3, 3.5))
+    rule = UtteranceRule()  # the runtime's: 0.1 s hangover, 1.5 s apart, final 0.25 s
+    seen = _run(pcm, rule)
+    ends = [round(j.key.end_s, 2) for _, j in seen]
+    # the real end gets its window once 0.25 s of silence followed it; the grid restarts
+    assert ends[:5] == [2.0, 3.0, 3.5, 4.5, 5.5], ends
+    frame, job = next((f, j) for f, j in seen if round(j.key.end_s, 2) == 3.5)
+    assert job.urgent and job.abstained is None
+    assert rule.final_frames is not None
+    assert frame == int(3.5 / 0.02) - 1 + rule.final_frames
+    # without final_s the pause's end hides the real one: its last words wait for the grid
+    plain = UtteranceRule(final_s=None)
+    assert not any(j.urgent for _, j in _run(pcm, plain))
+
+
+def test_final_s_under_the_hangover_is_refused() -> None:
+    with pytest.raises(ValueError, match="final_s"):
+        UtteranceRule(hangover_s=0.3, final_s=0.2)
 
 
 def test_an_urgent_window_runs_without_waiting_for_a_batch() -> None:
