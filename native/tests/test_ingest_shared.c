@@ -240,8 +240,63 @@ static void test_ingest_shared_churn_under_traffic(void)
         close(f.tx[i]);
 }
 
+/* cs_ingest_set_ssrc: a shared leg's SSRC re-keyed in place (same stream, counters go
+ * on), refused when another leg holds the key (old key kept), when it would leave the
+ * leg with neither a port nor an SSRC, and on a per-leg socket. */
+static void test_ingest_shared_set_ssrc(void)
+{
+    cs_ingest *ing = cs_ingest_new(NULL);
+    REQUIRE(ing != NULL);
+    struct sockaddr_in port, src, own;
+    int rx = loopback_socket(&port);
+    REQUIRE(rx >= 0);
+    int32_t kid = cs_ingest_add_socket(ing, rx);
+    close(rx);
+    REQUIRE(kid >= 0);
+    int tx = loopback_socket(&src);
+    REQUIRE(tx >= 0);
+    cs_srclock_addr a = addr_of(&src);
+    int32_t leg = cs_ingest_add_stream_shared(ing, kid, &a, 0xA, NULL, NULL);
+    int32_t other = cs_ingest_add_stream_shared(ing, kid, &a, 0xB, NULL, NULL);
+    cs_srclock_addr host_only = a;
+    host_only.port = 0;
+    int32_t by_ssrc = cs_ingest_add_stream_shared(ing, kid, &host_only, 0xD, NULL, NULL);
+    REQUIRE(leg >= 0 && other >= 0 && by_ssrc >= 0);
+    int fd = loopback_socket(&own);
+    REQUIRE(fd >= 0);
+    int32_t solo = cs_ingest_add_stream(ing, fd, NULL, NULL);
+    close(fd);
+    REQUIRE(solo >= 0);
+    CHECK_EQ(cs_ingest_set_ssrc(ing, leg, 0xB), -EEXIST);  /* other's key */
+    CHECK_EQ(cs_ingest_set_ssrc(ing, by_ssrc, 0), -EINVAL); /* no port, no SSRC */
+    CHECK_EQ(cs_ingest_set_ssrc(ing, solo, 0xA), -EOPNOTSUPP);
+    CHECK_EQ(cs_ingest_set_ssrc(ing, 0x7FFF0000, 0xA), -ENOENT);
+    REQUIRE(cs_ingest_start(ing) == 0);
+    for (uint16_t seq = 0; seq < 10; seq++)
+        send_from(tx, &port, seq, 0xA); /* the refusal kept leg's key */
+    CHECK_EQ(wait_for(ing, 10), 10);
+    CHECK_EQ(cs_ingest_set_ssrc(ing, leg, 0xC), 0);
+    usleep(100000); /* 0xA goes quiet: the source lock takes 0xC from the locked address */
+    for (uint16_t seq = 100; seq < 110; seq++)
+        send_from(tx, &port, seq, 0xC);
+    CHECK_EQ(wait_for(ing, 20), 20);
+    cs_stream_counters c;
+    REQUIRE(cs_ingest_stream_counters(ing, leg, &c) == 0);
+    CHECK_EQ(c.datagrams, 20); /* the same stream: 10 before, 10 after */
+    CHECK_EQ(c.inserted, 19);
+    CHECK_EQ(c.locked_ssrc, 0xCu);
+    cs_ingest_counters g;
+    cs_ingest_get_counters(ing, &g);
+    CHECK_EQ(g.unmatched, 0);
+    REQUIRE(cs_ingest_stream_counters(ing, other, &c) == 0);
+    CHECK_EQ(c.datagrams, 0);
+    cs_ingest_free(ing);
+    close(tx);
+}
+
 static const cs_test_case ingest_shared_cases[] = {
     {"ingest_shared_demux", test_ingest_shared_demux},
+    {"ingest_shared_set_ssrc", test_ingest_shared_set_ssrc},
     {"ingest_shared_churn_under_traffic", test_ingest_shared_churn_under_traffic},
 };
 
