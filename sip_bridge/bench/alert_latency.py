@@ -42,7 +42,9 @@ packet -> the window that opened the alert was cut; negative when it was cut bef
 end), ``queue_wait``, ``inference`` (batch start -> result), ``held`` (result -> out of
 the result stages, e.g. the replay stage holding it for the allowlist) and ``fusion``
 (-> handed to the publisher). Also measured: how long a policy stored in Redis takes to
-be in force on the bridge (``--policy-changes`` changes, while no call runs).
+be in force on the bridge (``--policy-changes`` changes, while no call runs). ``--trace
+FILE`` writes each call's synthetic_voice window timeline (``sip_bridge.bench.
+window_trace``): which window raised its alert, and what was cut before it.
 """
 
 from __future__ import annotations
