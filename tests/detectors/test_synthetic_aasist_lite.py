@@ -75,14 +75,14 @@ def test_windows_and_epochs_options_reach_the_config_and_its_cache_key() -> None
     parser = argparse.ArgumentParser()
     models_cli.add_parser(parser.add_subparsers(dest="cmd"), "models")
     base = ["models", "train-synthetic", "--arch", "aasist-lite"]
-    args = parser.parse_args([*base, "--windows", "24000", "--epochs", "3"])
+    args = parser.parse_args([*base, "--windows", "30000", "--epochs", "3"])
     cfg = build.train_config(args.arch, args.quick, args.stage2, args.windows, args.epochs)
-    assert cfg == replace(build.LITE_TRAIN, windows=24_000, epochs=3)
+    assert cfg == replace(build.LITE_TRAIN, windows=30_000, epochs=3)
     args = parser.parse_args(base)
     assert build.train_config(args.arch, args.quick, args.stage2, args.windows, args.epochs) is None
     # only one of them: the other stays the architecture's (or --stage2's) own
-    assert build.train_config("aasist-lite", False, None, 24_000) == replace(
-        build.LITE_TRAIN, windows=24_000
+    assert build.train_config("aasist-lite", False, None, 30_000) == replace(
+        build.LITE_TRAIN, windows=30_000
     )
     assert build.train_config("cnn", False, "wide", None, 1) == replace(
         build.STAGE2["wide"], epochs=1
@@ -90,7 +90,7 @@ def test_windows_and_epochs_options_reach_the_config_and_its_cache_key() -> None
     assert build.train_config("cnn", True, None, 64) == replace(train.QUICK, windows=64)
     keys = {
         train.stage_key(c, 1, ["espeak_en-us"])
-        for c in (build.LITE_TRAIN, cfg, replace(build.LITE_TRAIN, windows=24_000))
+        for c in (build.LITE_TRAIN, cfg, replace(build.LITE_TRAIN, windows=30_000))
     }
     assert len(keys) == 3  # a new budget trains anew, never reuses a cached state dict
     for bad in ((0, None), (None, 0)):
