@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -320,8 +321,8 @@ ARCH_TEXT = {
 
 
 def write_testset(clips: list[Clip], root: Path) -> int:
-    """The test split as ``callshield eval`` reads it: root/<label>/<speaker>/<file>
-    (symlinks)."""
+    """A split (test, or dev: ``WORK/devset-s<seed>``) as ``callshield eval`` reads it:
+    root/<label>/<speaker>/<file> (symlinks)."""
     n = 0
     for c in clips:
         d = root / ("spoof" if c.label else "bonafide") / c.speaker
@@ -443,12 +444,13 @@ def build(
         onnx_bytes, version, thresholds, train_bona, provenance, LICENCE, quick, arch
     )
     installed = ModelStore(out_dir).add_built(onnx_bytes, manifest)
-    testset = work / f"testset-s{seed}{'-quick' if quick else ''}"
-    if testset.exists():
-        import shutil
-
-        shutil.rmtree(testset)
-    write_testset(parts["test"], testset)
+    sets: dict[str, Path] = {}
+    for part in ("test", "dev"):  # dev too: score it as test is scored (the live pipeline)
+        sets[part] = work / f"{part}set-s{seed}{'-quick' if quick else ''}"
+        if sets[part].exists():
+            shutil.rmtree(sets[part])
+        write_testset(parts[part], sets[part])
+    testset = sets["test"]
     report: dict[str, Any] = {
         "model": installed.manifest.key,
         "installed": str(installed.model_path),
@@ -469,6 +471,7 @@ def build(
         "dev": dev,
         "thresholds": installed.manifest.thresholds,
         "testset": str(testset),
+        "devset": str(sets["dev"]),
         "total_seconds": round(time.monotonic() - started, 1),
     }
     if held_out is not None:

@@ -149,6 +149,23 @@ def test_quick_build_spoofs_follow_their_source_speaker(quick: Any) -> None:
         assert part_of(spk_dir.name, 0) == "test"
 
 
+def test_quick_build_lays_out_the_dev_split_for_eval(quick: Any) -> None:
+    """The dev split is laid out like the test split, so ``callshield eval`` can score it
+    through the live pipeline (thresholds or fusion weights chosen on dev, as on test)."""
+    dev_dir = Path(quick.report["devset"])
+    assert (
+        dev_dir.name == "devset-s0-quick" and dev_dir.parent == Path(quick.report["testset"]).parent
+    )
+    bona = {p.name for p in (dev_dir / "bonafide").iterdir()}
+    assert bona == set(quick.report["speakers"]["dev"])
+    spoof = list((dev_dir / "spoof").iterdir())
+    assert spoof and all(f.resolve().is_file() for d in spoof for f in d.iterdir())
+    for spk_dir in spoof:
+        fam, _, source = spk_dir.name.partition("_")
+        if fam in generators.VOCODER_FAMILIES:
+            assert part_of(source, 0) == "dev", spk_dir.name
+
+
 def test_quick_model_onnx_matches_torch_and_runtime_scores(quick: Any, shared_dir: Path) -> None:
     import torch
 
