@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from detectors.model_store import ModelSettings
-from native.ingest import Ingest
+from native.ingest import Ingest, dual_stack
 from sip_bridge.adapter_metrics import AdapterCollector
 from sip_bridge.adapters.audiosocket import AudioSocketServer
 from sip_bridge.adapters.audiosocket_calls import AudioSocketCalls
@@ -78,8 +78,22 @@ class Bridge:
         self.controller = CallController(self.media, self.publisher, analysis, self.tenants)
         if self.wiring is not None:
             self.wiring.draining = lambda: self.controller.draining
+        host4, host6 = s.sdp_addresses()
+        if dual_stack(s.rtp_host or host) and None in (host4, host6):
+            log.warning(
+                "RTP is dual-stack but no %s address is known for SDP answers to %s "
+                "offers: they get %s (set %s)",
+                "IPv4" if host4 is None else "IPv6",
+                "IN IP4" if host4 is None else "IN IP6",
+                s.advertised_address or host,
+                "CALLSHIELD_ADVERTISED_ADDRESS_IP4"
+                if host4 is None
+                else "CALLSHIELD_ADVERTISED_ADDRESS_IP6",
+            )
         config = UasConfig(
             host=s.advertised_address or host,
+            host4=host4 or "",
+            host6=host6 or "",
             port=port,
             tls_port=s.sip_tls_address[1] if s.sip_tls_address else 0,
             answer_delay=s.answer_delay_s,

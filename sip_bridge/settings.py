@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     # address = IPv6 only (IPV6_V6ONLY on), an IPv4 address = IPv4 only
     rtp_host: str | None = None
     advertised_address: str | None = None  # in SDP and Contact (default: the SIP host)
+    # the SDP connection (c=, o=) address answered to an IN IP4 offer, for a dual-stack
+    # RTP bind (rtp_host "::"); default: advertised_address when it is of that family,
+    # else (advertised_address unset) the SIP or RTP host when one is of that family and
+    # not a wildcard; with none, the one address above (docs/operations.md)
+    advertised_address_ip4: str | None = None
+    advertised_address_ip6: str | None = None  # the same for an IN IP6 offer
     # one UDP port for every SIP leg's RTP instead of one port per leg from rtp_ports
     # (0 = off, the default): legs are told apart in C by the source address:port their
     # offer advertises (symmetric RTP) and its a=ssrc; fewer ports to open, less CPU per
@@ -201,6 +207,45 @@ class Settings(BaseSettings):
         if value:
             split_host_port(value, 5061)
         return value
+
+    @field_validator("advertised_address_ip4", "advertised_address_ip6")
+    @classmethod
+    def _family_address(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value:
+            return None
+        want = 4 if info.field_name == "advertised_address_ip4" else 6
+        try:
+            ip = ipaddress.ip_address(value)
+        except ValueError:
+            return value  # a name (RFC 8866 allows an FQDN in c=)
+        if ip.version != want or ip.is_unspecified:
+            raise ValueError(f"{info.field_name} {value!r} is not a usable IPv{want} address")
+        return value
+
+    def sdp_addresses(self) -> tuple[str | None, str | None]:
+        """The addresses SDP answers give an IN IP4 and an IN IP6 offer (None: no
+        address of that family is known; the answer then carries the one advertised
+        address, as before per-family answers)."""
+        auto = (
+            [self.advertised_address]
+            if self.advertised_address
+            else [
+                self.sip_address[0],
+                self.rtp_host or "",
+            ]
+        )
+        found: dict[int, str] = {}
+        for candidate in auto:
+            try:
+                ip = ipaddress.ip_address(candidate.split("%", 1)[0])
+            except ValueError:
+                continue  # a name or unset: its family is unknown
+            if not ip.is_unspecified:
+                found.setdefault(ip.version, candidate)
+        return (
+            self.advertised_address_ip4 or found.get(4),
+            self.advertised_address_ip6 or found.get(6),
+        )
 
     @field_validator("sip_trusted_peers")
     @classmethod

@@ -17,6 +17,7 @@ from sip_bridge.sip.offer_answer import (
     EVENT_CODECS,
     NegotiatedStream,
     NotAcceptableError,
+    address_type,
     negotiate,
 )
 from sip_bridge.sip.sdp import MediaDescription, RtpMap, SessionDescription
@@ -47,8 +48,9 @@ def build_offer(
     local_host: str,
     session_id: int,
     version: int,
+    family: str | None = None,
 ) -> SessionDescription:
-    ip = "IP6" if ":" in local_host else "IP4"
+    ip = address_type(local_host, family)
     offer = SessionDescription(
         [
             ("v", "0"),

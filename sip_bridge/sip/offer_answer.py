@@ -15,6 +15,7 @@ reason to steer it), limited to what we decode, plus telephone-event and CN when
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -141,6 +142,29 @@ def _first_ssrc(m: MediaDescription) -> int:
     return 0
 
 
+def offer_family(offer: SessionDescription | None) -> str | None:
+    """The address type of the offer's media ("IP4" or "IP6"): its session-level c=,
+    else the first m= section's; None without an offer or a usable c= line."""
+    if offer is None:
+        return None
+    values = [v for t, v in offer.lines if t == "c"]
+    values += [v for m in offer.media for t, v in m.lines if t == "c"]
+    for value in values:
+        parts = value.split()
+        if len(parts) == 3 and parts[1] in ("IP4", "IP6"):
+            return parts[1]
+    return None
+
+
+def address_type(host: str, family: str | None = None) -> str:
+    """The SDP addrtype of ``host``: its own for an address literal, else ``family``
+    (a name chosen for that family), else by the old rule (a colon: IP6)."""
+    try:
+        return "IP6" if ipaddress.ip_address(host.split("%", 1)[0]).version == 6 else "IP4"
+    except ValueError:
+        return family or ("IP6" if ":" in host else "IP4")
+
+
 def build_answer(
     offer: SessionDescription,
     streams: list[NegotiatedStream],
@@ -149,9 +173,12 @@ def build_answer(
     local_host: str,
     session_id: int,
     version: int,
+    family: str | None = None,
 ) -> SessionDescription:
-    """The SDP answer: one m= line per offered line, in order (RFC 3264 §6)."""
-    ip = "IP6" if ":" in local_host else "IP4"
+    """The SDP answer: one m= line per offered line, in order (RFC 3264 §6).
+    ``local_host``: the address chosen for the offer's family (``family``, see
+    ``offer_family``); c= and o= carry it with its own address type."""
+    ip = address_type(local_host, family)
     answer = SessionDescription(
         [
             ("v", "0"),

@@ -31,6 +31,7 @@ marked ``unanalyzed:capacity`` (DESIGN §8).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import secrets
 import time
@@ -73,6 +74,7 @@ from sip_bridge.sip.offer_answer import (
     NotAcceptableError,
     build_answer,
     negotiate,
+    offer_family,
 )
 from sip_bridge.sip.passport import TrustStore
 from sip_bridge.sip.sdp import SessionDescription
@@ -96,6 +98,10 @@ NO_EVENTS: Final = frozenset({"SUBSCRIBE", "PUBLISH"})  # no event package: 489 
 @dataclass(frozen=True, slots=True)
 class UasConfig:
     host: str = "127.0.0.1"  # advertised in Contact and SDP
+    # SDP address for an IN IP4 / IN IP6 offer ("" = host): a dual-stack RTP bind
+    # answers each offer with an address of its own family
+    host4: str = ""
+    host6: str = ""
     port: int = 5060
     tls_port: int = 0  # SIP over TLS (0: none); Contact and Via of TLS dialogs use it
     answer_delay: float = 0.0  # plain SIP: 180 Ringing, answer after this (0: at once)
@@ -111,6 +117,24 @@ class UasConfig:
     call_state_header: str = "X-CallShield-Call-State"  # early media ("" = not read)
     leg_roles_header: str = "X-CallShield-Leg-Roles"  # plain SIP leg roles ("" = not read)
     leg_role_labels: bool = True  # an a=label that is a role word names its leg's role
+
+    def sdp_host(self, family: str | None) -> tuple[str, str | None]:
+        """(address, family) for our SDP toward an offer of ``family`` ("IP4", "IP6"):
+        that family's address, else ``host`` (whatever its family)."""
+        chosen = {"IP4": self.host4, "IP6": self.host6}.get(family or "", "")
+        return (chosen, family) if chosen else (self.host, None)
+
+
+def peer_family(host: str) -> str:
+    """The family of a signalling peer's address (an IPv4 peer on a dual-stack SIP
+    socket arrives as ::ffff:a.b.c.d and is IPv4)."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return "IP4"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return "IP6"
+    return "IP4"
 
 
 class SipUas:
@@ -376,22 +400,26 @@ class SipUas:
                 self.controller.update_call(call.call_id, None, leg_roles=said)
         dialog.pending = []
         dialog.sdp_session = int(now * 1000) & 0x7FFFFFFF
-        if dialog.offer is None:  # late offer: this is our offer
+        if dialog.offer is None:  # late offer: this is our offer, in the peer's family
+            host, family = self.config.sdp_host(peer_family(tx.peer.host))
             dialog.answer = build_offer(
                 dialog.streams,
                 ports,
-                local_host=self.config.host,
+                local_host=host,
                 session_id=dialog.sdp_session,
                 version=dialog.sdp_version,
+                family=family,
             )
         else:
+            host, family = self.config.sdp_host(offer_family(dialog.offer))
             dialog.answer = build_answer(
                 dialog.offer,
                 dialog.streams,
                 ports,
-                local_host=self.config.host,
+                local_host=host,
                 session_id=dialog.sdp_session,
                 version=dialog.sdp_version,
+                family=family,
             )
         return []
 
@@ -449,13 +477,15 @@ class SipUas:
         if streams is not None and body.sdp is not None:
             dialog.offer, dialog.streams = body.sdp, streams
             dialog.sdp_version += 1
+            host, family = self.config.sdp_host(offer_family(body.sdp))
             dialog.answer = build_answer(
                 body.sdp,
                 streams,
                 ports,
-                local_host=self.config.host,
+                local_host=host,
                 session_id=dialog.sdp_session,
                 version=dialog.sdp_version,
+                family=family,
             )
         if req.method == "INVITE":
             dialog.invite_tx = tx

@@ -136,11 +136,13 @@ def run_sipp(
     extra: list[str] | None = None,
     media_port: int | None = None,
     timeout: float = 30.0,
+    ip: str = "127.0.0.1",
 ) -> subprocess.CompletedProcess[str]:
     """Run one SIPp call against the bridge. SIPp picks no port itself, so a port that
     another process took between our probe and SIPp's bind fails it at start-up,
     before any SIP is sent ("Unable to bind ... errno = 98"); that start is retried
-    on fresh ports, up to three times. A scenario that has begun is never rerun."""
+    on fresh ports, up to three times. A scenario that has begun is never rerun.
+    ``ip``: SIPp's signalling address (127.0.0.1 or ::1; the bridge must listen there)."""
     sipp = shutil.which("sipp")
     assert sipp, "SIPp (Debian sip-tester) is required: .ci/install.sh installs it"
     shutil.copy(SCENARIOS / scenario, workdir / scenario)
@@ -150,7 +152,7 @@ def run_sipp(
             "-sf",
             scenario,
             "-i",
-            "127.0.0.1",
+            ip,
             "-p",
             str(free_udp_port()),
             "-mp",
@@ -163,7 +165,7 @@ def run_sipp(
             "-nostdin",
             "-trace_err",
             *(extra or []),
-            f"127.0.0.1:{bridge.sip_port}",
+            f"[{ip}]:{bridge.sip_port}" if ":" in ip else f"{ip}:{bridge.sip_port}",
         ]
         result = subprocess.run(
             cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout + 10
