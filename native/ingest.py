@@ -32,6 +32,7 @@ import errno
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, Unpack
@@ -54,6 +55,7 @@ from native.ingest_types import (
     to_python,
     upper_edges,
 )
+from native.jitter import JitterConfig
 from native.srtp import suite_code
 
 log = logging.getLogger(__name__)
@@ -419,6 +421,15 @@ class Ingest:
         """A shared leg's SSRC from new signalling (0: none), re-keyed in place: stream,
         SRTP state and counters kept (IngestError EEXIST: another leg holds the key)."""
         _check(lib.cs_ingest_set_ssrc(self._live(), stream_id, ssrc), "set_ssrc")
+
+    def set_payload_types(self, stream_id: int, payload_types: Sequence[PayloadType]) -> None:
+        """A leg's payload-type table from new signalling, replaced in place
+        (cs_ingest_set_pts): stream, counters, sequence state, buffered audio and SRTP
+        state kept. IngestError EOPNOTSUPP: the buffer was not built for the table (more
+        ring bytes per unit, a resampler or Opus it lacks), EBUSY: audio is buffered under
+        a codec the table drops, EINVAL: a bad table; nothing changed on any."""
+        table = JitterConfig(payload_types=tuple(payload_types)).to_c()
+        _check(lib.cs_ingest_set_pts(self._live(), stream_id, table.pts, table.n_pts), "set_pts")
 
     def set_paused(self, stream_id: int, paused: bool) -> None:
         _check(lib.cs_ingest_set_paused(self._live(), stream_id, int(paused)), "set_paused")

@@ -188,6 +188,7 @@ class MediaEngine:
         self.late_ticks = 0
         self.shared_fallbacks = 0  # legs that wanted the shared port and got their own
         self.shared_rekey_refused = 0  # re-INVITEs whose new key another leg held
+        self.stream_recreations = 0  # new payload-type tables a stream could not take
         self._shared_sock: socket.socket | None = None
         self._shared_id: int | None = None
         if shared_port:
@@ -384,8 +385,10 @@ class MediaEngine:
         remote: tuple[str, int] | None = None,
         ssrc: int = 0,
     ) -> None:
-        """Signalling moved or re-coded the media: same port, relearn the source
-        (a new payload-type table restarts the stream on the same socket). A shared-port
+        """Signalling moved or re-coded the media: same port, relearn the source. A new
+        payload-type table is applied to the stream in place (``_retable``: counters,
+        buffered audio, SRTP state kept); only a table the stream's buffer was not built
+        for restarts the stream on the same socket. A shared-port
         leg is re-keyed by ``remote`` and ``ssrc``; when the new key is held by another leg
         the leg keeps its old key (logged, counted in ``shared_rekey_refused``): its new
         media is then unmatched on the shared socket and its coverage reports no media."""
@@ -398,7 +401,7 @@ class MediaEngine:
                 self._update_shared(leg, pts, remote, ssrc)
                 return
             assert leg.sock is not None
-            if pts != leg.payload_types:
+            if pts != leg.payload_types and not self._retable(leg, pts):
                 self._ingest.remove_stream(leg.stream_id)
                 del self._by_stream[leg.stream_id]
                 leg.stream_id = self._add(leg.sock, pts, expected_source, leg.srtp)
@@ -416,12 +419,17 @@ class MediaEngine:
         remote: tuple[str, int] | None,
         ssrc: int,
     ) -> None:
-        """Re-key a shared leg (lock held): a new table re-creates its stream (the old one
-        restored if the new key is taken); a new SSRC or address re-keys it in C, keeping
-        the stream (SRTP per-SSRC state, counters): a re-INVITE naming the SSRC the leg
-        already followed, or the next one, must not reset its replay protection."""
+        """Re-key a shared leg (lock held): a new table is applied in place when its
+        buffer can take it (``_retable``), else, like a new address without a port, it
+        re-creates the stream (the old one restored if the new key is taken); a new SSRC
+        or address re-keys it in C, keeping the stream (SRTP per-SSRC state, counters): a
+        re-INVITE naming the SSRC the leg already followed, or the next one, or changing
+        only payload-type numbers, must not reset its replay protection."""
         portless = remote is None or not remote[1]
-        if pts != leg.payload_types or (portless and remote != leg.remote):
+        recreate = portless and remote != leg.remote
+        if not recreate and pts != leg.payload_types:
+            recreate = not self._retable(leg, pts)
+        if recreate:
             self._ingest.remove_stream(leg.stream_id)
             del self._by_stream[leg.stream_id]
             try:
@@ -449,6 +457,26 @@ class MediaEngine:
             else:
                 leg.remote = remote
         self._ingest.rearm(leg.stream_id, time.monotonic_ns())
+
+    def _retable(self, leg: _Leg, pts: tuple[PayloadType, ...]) -> bool:
+        """The leg's new payload-type table applied to its stream in place (lock held);
+        False when the stream's jitter buffer cannot take it (a codec that needs more
+        ring bytes per unit, a resampler or Opus decoder it was built without, or audio
+        buffered under a codec the table drops): the caller re-creates the stream."""
+        try:
+            self._ingest.set_payload_types(leg.stream_id, pts)
+        except (OSError, ValueError) as exc:
+            self.stream_recreations += 1
+            log.info(
+                "leg %s: payload types %s need a new stream (%s): counters, buffered "
+                "audio and SRTP state restart",
+                leg.leg_id,
+                ",".join(f"{p.pt}:{p.codec}/{p.clock_rate}" for p in pts),
+                exc,
+            )
+            return False
+        leg.payload_types = pts
+        return True
 
     def _refused_rekey(
         self, leg: _Leg, remote: tuple[str, int] | None, ssrc: int, exc: Exception

@@ -295,6 +295,12 @@ int cs_ingest_expect_source(cs_ingest *ing, int32_t id, const cs_srclock_addr *a
  * shared leg), -EINVAL (no port in its expected source and ssrc 0), -EEXIST (another
  * leg holds the new key: the old one is kept). */
 int cs_ingest_set_ssrc(cs_ingest *ing, int32_t id, uint32_t ssrc);
+/* A leg's payload-type table from new signalling (a re-INVITE that renumbers PCMU, adds
+ * telephone-event, ...), replaced in place in its jitter buffer (cs_jb_set_pts): stream,
+ * source lock, demux keys, SRTP state and counters kept. Any kind of leg. 0, -ENOENT, or
+ * cs_jb_set_pts's -EINVAL / -EOPNOTSUPP / -EBUSY (nothing changed: the caller re-creates
+ * the stream if it must have the table). */
+int cs_ingest_set_pts(cs_ingest *ing, int32_t id, const cs_pt_entry *pts, uint32_t n);
 int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused);
 /* SRTP on a socket leg (SDES, RFC 4568): key_salt as the a=crypto line's inline key,
  * suite CS_SRTP_* (CS_SRTP_NONE: plain RTP again, key ignored). From then on every

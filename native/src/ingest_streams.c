@@ -156,6 +156,15 @@ int cs_ingest_set_ssrc(cs_ingest *ing, int32_t id, uint32_t ssrc) {
     return rc;
 }
 
+int cs_ingest_set_pts(cs_ingest *ing, int32_t id, const cs_pt_entry *pts, uint32_t n) {
+    ingest_slot *s = lock_stream(ing, id);
+    if (!s)
+        return -ENOENT;
+    int rc = cs_jb_set_pts(s->jb, pts, n);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 int cs_ingest_set_paused(cs_ingest *ing, int32_t id, int paused) {
     ingest_slot *s = lock_stream(ing, id);
     if (!s)

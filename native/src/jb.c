@@ -1,5 +1,6 @@
 /* Per-stream adaptive jitter buffer: insert (packet side) and configuration.
  * The pull side (playout decisions and decoding) is in jb_pull.c. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,68 @@ CS_HOT void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *uni
             *state = 0;
         }
     }
+}
+
+/* The entry of the new table that plays what old entry pe held: the same codec, clock
+ * and channels, the same payload type preferred; -1 none. */
+static int same_decoding(const cs_pt_entry *pe, const cs_pt_entry *pts, uint32_t n) {
+    int found = -1;
+    for (uint32_t j = 0; j < n; j++) {
+        const cs_pt_entry *q = &pts[j];
+        if (q->codec != pe->codec || q->clock_rate != pe->clock_rate || q->channels != pe->channels)
+            continue;
+        if (q->pt == pe->pt) return (int)j;
+        if (found < 0) found = (int)j;
+    }
+    return found;
+}
+
+int cs_jb_set_pts(cs_jb *jb, const cs_pt_entry *pts, uint32_t n) {
+    if (!pts || n == 0 || n > 16) return -EINVAL;
+    uint32_t stride = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const cs_pt_entry *pe = &pts[i];
+        if (cs_jb_check_pt(pe, jb->cfg.out_rate) != 0) return -EINVAL;
+        for (uint32_t j = 0; j < i; j++)
+            if (pts[j].pt == pe->pt) return -EINVAL;
+        if (!cs_jb_is_audio(pe->codec)) continue;
+        uint32_t bpu = cs_jb_bytes_per_unit(pe);
+        if (bpu > stride) stride = bpu;
+        /* what cs_jb_new sized or built for the old table must serve the new one */
+        if (bpu > jb->stride) return -EOPNOTSUPP;
+        if (cs_jb_decoded_rate(pe, jb->cfg.out_rate) != jb->cfg.out_rate && !jb->rs)
+            return -EOPNOTSUPP;
+        if (pe->codec == CS_CODEC_OPUS && !jb->opus) return -EOPNOTSUPP;
+    }
+    if (stride == 0) return -EINVAL;
+    int map[16];
+    for (uint32_t i = 0; i < jb->n_pts; i++) map[i] = same_decoding(&jb->cfg.pts[i], pts, n);
+    for (uint32_t u = 0; u < jb->cap; u++) {
+        uint8_t st = jb->slot_state[u];
+        if (st && map[(st & CS_SLOT_PT_MASK) - 1] < 0) return -EBUSY;
+    }
+    /* From here nothing fails: buffered audio re-pointed at its new entry. */
+    for (uint32_t u = 0; u < jb->cap; u++) {
+        uint8_t st = jb->slot_state[u];
+        if (st)
+            jb->slot_state[u] = (uint8_t)((st & ~CS_SLOT_PT_MASK) |
+                                          (map[(st & CS_SLOT_PT_MASK) - 1] + 1));
+    }
+    if (jb->last_audio_pt >= 0) /* gone: 16 matches no entry, the next audio is a change */
+        jb->last_audio_pt = map[jb->last_audio_pt] < 0 ? 16 : map[jb->last_audio_pt];
+    if (jb->dec_idx >= 0) jb->dec_idx = map[jb->dec_idx];
+    memcpy(jb->cfg.pts, pts, n * sizeof *pts);
+    jb->cfg.n_pts = n;
+    jb->n_pts = n;
+    for (uint32_t i = 0; i < n; i++) {
+        const cs_pt_entry *pe = &pts[i];
+        jb->pth[i].pt = pe->pt;
+        jb->pth[i].codec = pe->codec;
+        jb->pth[i].bpu = (uint16_t)(cs_jb_is_audio(pe->codec) ? cs_jb_bytes_per_unit(pe) : 0);
+        jb->pth[i].clock_rate = pe->clock_rate;
+    }
+    jb->st.payload_table_updates++;
+    return 0;
 }
 
 void cs_jb_set_paused(cs_jb *jb, int paused) {

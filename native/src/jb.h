@@ -118,6 +118,7 @@ typedef struct {
     uint64_t ssrc_changes;
     uint64_t payload_type_changes;
     uint64_t ptime_changes;
+    uint64_t payload_table_updates;       /* tables replaced in place (cs_jb_set_pts) */
     uint64_t flushes;                     /* overflow flushes */
     uint64_t resyncs;                     /* forward jumps of the playout point (DTX end) */
     uint64_t jitter_buffer_emitted_count; /* samples emitted from received audio */
@@ -170,6 +171,15 @@ int cs_jb_pull(cs_jb *jb, int64_t now_ns, int16_t *pcm, cs_frame_info *info);
 void cs_jb_set_paused(cs_jb *jb, int paused);
 const cs_jb_stats *cs_jb_get_stats(const cs_jb *jb);
 uint32_t cs_jb_samples_per_frame(const cs_jb *jb);
+/* Replace the payload-type table in place (new signalling renumbered, added or dropped
+ * payload types): the ring, sequence and timing state, decoders, DTMF tracker and
+ * counters are kept. Buffered audio plays on under the new entry of the same codec,
+ * clock and channels. 0; -EINVAL: a table cs_jb_new would refuse; -EOPNOTSUPP: this
+ * buffer was not built for it (an entry needs more ring bytes per 2.5 ms unit, a
+ * resampler or an Opus decoder it lacks: only a new buffer can take it); -EBUSY: audio
+ * is buffered under an entry the new table has no equivalent for. Nothing changes on
+ * an error. */
+int cs_jb_set_pts(cs_jb *jb, const cs_pt_entry *pts, uint32_t n);
 /* Copy up to max finished-or-updated events out; returns how many. */
 int cs_jb_take_dtmf(cs_jb *jb, cs_dtmf_event *out, int max);
 /* CDEF END */

@@ -283,6 +283,44 @@ static void test_ingest_pushed_stream(void)
     cs_ingest_free(ing); /* frees the pushed stream's buffer, closes only real fds */
 }
 
+/* cs_ingest_set_pts: the stream's table replaced in place (same id, counters go on, PCMU
+ * under its new number in order), refused with the table kept (-EOPNOTSUPP: Opus on a
+ * buffer built without it), -ENOENT for a removed stream. */
+static void test_ingest_set_pts(void)
+{
+    cs_ingest *ing = cs_ingest_new(NULL);
+    REQUIRE(ing != NULL);
+    int32_t id = cs_ingest_add_stream_push(ing, NULL);
+    REQUIRE(id >= 0);
+    uint8_t p[12 + 160];
+    memset(p, 0xFF, sizeof p);
+    p[0] = 0x80;
+    int64_t t0 = 1000000000;
+    uint16_t seq = 0;
+    for (; seq < 5; seq++)
+        CHECK_EQ(cs_ingest_push_payload(ing, id, 0, seq, seq * 160u, 0x1234, 0, p + 12, 160,
+                                        t0 + seq * 20000000), CS_PKT_IN_ORDER);
+    cs_pt_entry opus[] = {{111, CS_CODEC_OPUS, 2, 0, 48000}};
+    cs_pt_entry renumbered[] = {{96, CS_CODEC_PCMU, 1, 0, 8000},
+                                {100, CS_CODEC_TELEPHONE_EVENT, 1, 0, 8000}};
+    CHECK_EQ(cs_ingest_set_pts(ing, id, opus, 1), -EOPNOTSUPP);
+    CHECK_EQ(cs_ingest_set_pts(ing, id, renumbered, 2), 0);
+    for (; seq < 10; seq++)
+        CHECK_EQ(cs_ingest_push_payload(ing, id, 96, seq, seq * 160u, 0x1234, 0, p + 12, 160,
+                                        t0 + seq * 20000000), CS_PKT_IN_ORDER);
+    CHECK_EQ(cs_ingest_push_payload(ing, id, 0, seq, seq * 160u, 0x1234, 0, p + 12, 160,
+                                    t0 + seq * 20000000), CS_PKT_UNKNOWN_PT);
+    cs_jb_stats st;
+    REQUIRE(cs_ingest_stream_stats(ing, id, &st) == 0);
+    CHECK_EQ(st.packets_received, 11u);
+    CHECK_EQ(st.packets_in_order, 10u);
+    CHECK_EQ(st.payload_table_updates, 1u);
+    CHECK_EQ(st.restarts, 0u);
+    CHECK_EQ(cs_ingest_remove_stream(ing, id), 0);
+    CHECK_EQ(cs_ingest_set_pts(ing, id, renumbered, 2), -ENOENT);
+    cs_ingest_free(ing);
+}
+
 /* ---- the shared-port demux table (demux.c) ------------------------------------------ */
 
 static cs_srclock_addr v4addr(uint8_t last, uint16_t port)
@@ -481,6 +519,7 @@ static const cs_test_case ingest_cases[] = {
      test_ingest_remove_and_add_under_traffic_epoll},
     {"ingest_errors", test_ingest_errors},
     {"ingest_pushed_stream", test_ingest_pushed_stream},
+    {"ingest_set_pts", test_ingest_set_pts},
     {"demux_insert_find_remove", test_demux_insert_find_remove},
     {"demux_full", test_demux_full},
     {"demux_collisions", test_demux_collisions},

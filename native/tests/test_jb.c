@@ -1,6 +1,7 @@
 /* Jitter-buffer tests in C, so the buffer itself runs under ASan/UBSan: scenarios that
  * touch every ring path (wrap, overflow, restart, SSRC change, pause) and a long
  * pseudo-random schedule of valid and hostile packets checked for conservation. */
+#include <errno.h>
 #include <string.h>
 
 #include "cs_test.h"
@@ -171,10 +172,103 @@ static void test_jb_random_schedule_conserves_packets(void) {
     cs_jb_free(jb);
 }
 
+/* A telephone-event payload (RFC 4733): event, end bit, volume 10, duration. */
+static size_t make_event(uint8_t *buf, uint8_t pt, uint16_t seq, uint32_t ts, uint8_t event,
+                         int end, uint16_t duration) {
+    size_t n = make_rtp(buf, pt, seq, ts, 42, 4, 0);
+    buf[12] = event;
+    buf[13] = (uint8_t)((end ? 0x80 : 0) | 10);
+    buf[14] = (uint8_t)(duration >> 8);
+    buf[15] = (uint8_t)duration;
+    return n;
+}
+
+/* cs_jb_set_pts: a table that renumbers PCMU and moves telephone-event replaces the old
+ * one in place. Counters and the sequence state go on (no restart, no payload-type
+ * change, no concealment), audio buffered under the old PCMU number plays, the new
+ * numbers are decoded and counted, the old ones are unknown. Tables the buffer was not
+ * built for, bad tables and audio buffered under an entry the new table lacks are
+ * refused with nothing changed. */
+static void test_jb_set_pts_in_place(void) {
+    cs_jb *jb = new_default();
+    REQUIRE(jb != NULL);
+    uint8_t pkt[256];
+    int16_t pcm[160];
+    cs_frame_info info;
+    uint16_t seq = 100;
+    uint32_t ts = 16000;
+    int64_t t = 0;
+    for (int i = 0; i < 10; i++, seq++, ts += 160) /* 200 ms buffered ahead */
+        CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_rtp(pkt, 0, seq, ts, 42, 160, 0x11), t),
+                 CS_PKT_IN_ORDER);
+    for (int i = 0; i < 5; i++, t += 20 * MS)
+        cs_jb_pull(jb, t, pcm, &info);
+    uint64_t received = cs_jb_get_stats(jb)->packets_received;
+
+    cs_pt_entry renumbered[] = {
+        {96, CS_CODEC_PCMU, 1, 0, 8000},
+        {8, CS_CODEC_PCMA, 1, 0, 8000},
+        {97, CS_CODEC_TELEPHONE_EVENT, 1, 0, 8000},
+    };
+    cs_pt_entry wide[] = {{96, CS_CODEC_L16, 1, 0, 16000}}; /* 80 bytes a unit, ring has 20 */
+    cs_pt_entry opus[] = {{111, CS_CODEC_OPUS, 2, 0, 48000}};
+    cs_pt_entry dup[] = {{96, CS_CODEC_PCMU, 1, 0, 8000}, {96, CS_CODEC_PCMA, 1, 0, 8000}};
+    cs_pt_entry events_only[] = {{97, CS_CODEC_TELEPHONE_EVENT, 1, 0, 8000}};
+    cs_pt_entry pcma_only[] = {{8, CS_CODEC_PCMA, 1, 0, 8000}};
+    CHECK_EQ(cs_jb_set_pts(jb, wide, 1), -EOPNOTSUPP);
+    CHECK_EQ(cs_jb_set_pts(jb, opus, 1), -EOPNOTSUPP);
+    CHECK_EQ(cs_jb_set_pts(jb, dup, 2), -EINVAL);
+    CHECK_EQ(cs_jb_set_pts(jb, events_only, 1), -EINVAL); /* no audio */
+    CHECK_EQ(cs_jb_set_pts(jb, renumbered, 0), -EINVAL);
+    CHECK_EQ(cs_jb_set_pts(jb, pcma_only, 1), -EBUSY); /* PCMU audio is buffered */
+    CHECK_EQ(cs_jb_get_stats(jb)->payload_table_updates, 0);
+    /* refused: PT 0 still decodes */
+    CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_rtp(pkt, 0, seq++, ts, 42, 160, 0x11), t),
+             CS_PKT_IN_ORDER);
+    ts += 160;
+
+    CHECK_EQ(cs_jb_set_pts(jb, renumbered, 3), 0);
+    const cs_jb_stats *st = cs_jb_get_stats(jb);
+    CHECK_EQ(st->payload_table_updates, 1);
+    CHECK_EQ(st->packets_received, received + 1); /* kept, not a new buffer */
+    /* the same source goes on under PCMU's new number: in order, no restart */
+    for (int i = 0; i < 20; i++, seq++, ts += 160, t += 20 * MS) {
+        CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_rtp(pkt, 96, seq, ts, 42, 160, 0x11), t),
+                 CS_PKT_IN_ORDER);
+        CHECK_EQ(cs_jb_pull(jb, t, pcm, &info), CS_FRAME_NORMAL); /* no gap at the change */
+    }
+    CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_rtp(pkt, 0, seq++, ts, 42, 160, 0), t),
+             CS_PKT_UNKNOWN_PT); /* the old number is gone */
+    CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_event(pkt, 101, seq++, ts, 5, 1, 800), t),
+             CS_PKT_UNKNOWN_PT);
+    CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_event(pkt, 97, seq++, ts, 5, 1, 800), t),
+             CS_PKT_DTMF);
+    CHECK_EQ(st->restarts, 0);
+    CHECK_EQ(st->ssrc_changes, 0);
+    CHECK_EQ(st->payload_type_changes, 0); /* PCMU under 0 then 96 is one codec */
+    CHECK_EQ(st->concealment_events, 0);
+    CHECK_EQ(st->packets_unknown_pt, 2);
+    CHECK_EQ(st->packets_dtmf, 1);
+    CHECK_EQ(st->dtmf_events, 1);
+    CHECK_EQ(st->packets_in_order, 31);
+    CHECK_EQ(st->concealed_samples, 0);
+
+    /* once the PCMU audio has played out, a table without PCMU is taken */
+    for (int i = 0; i < 30; i++, t += 20 * MS)
+        cs_jb_pull(jb, t, pcm, &info);
+    CHECK_EQ(cs_jb_set_pts(jb, pcma_only, 1), 0);
+    CHECK_EQ(st->payload_table_updates, 2);
+    CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_rtp(pkt, 8, seq++, ts, 42, 160, 0x22), t),
+             CS_PKT_IN_ORDER);
+    CHECK_EQ(st->payload_type_changes, 1); /* PCMU -> PCMA is a change */
+    cs_jb_free(jb);
+}
+
 static const cs_test_case jb_cases[] = {
     {"rejects_bad_config", test_jb_rejects_bad_config},
     {"ideal_with_wraps", test_jb_ideal_with_wraps},
     {"overflow_and_restart", test_jb_overflow_and_restart},
     {"random_schedule_conserves_packets", test_jb_random_schedule_conserves_packets},
+    {"set_pts_in_place", test_jb_set_pts_in_place},
 };
 const cs_test_suite cs_suite_jb = {"jb", jb_cases, CS_TEST_COUNT(jb_cases)};
