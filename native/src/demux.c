@@ -1,5 +1,6 @@
 /* Demultiplexing table of the shared-port ingest: see demux.h. */
 #include "demux.h"
+#include "hugemem.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -54,7 +55,8 @@ int cs_demux_init(cs_demux *d, uint32_t max_keys, uint64_t seed) {
     uint32_t cap = 8;
     while (cap < 2 * max_keys)
         cap <<= 1;
-    d->slots = malloc((size_t)cap * sizeof *d->slots);
+    /* huge pages (hugemem.h): each datagram's lookup lands on a random slot */
+    d->slots = cs_huge_alloc((size_t)cap * sizeof *d->slots);
     if (!d->slots)
         return -ENOMEM;
     for (uint32_t i = 0; i < cap; i++) {
@@ -68,7 +70,8 @@ int cs_demux_init(cs_demux *d, uint32_t max_keys, uint64_t seed) {
 }
 
 void cs_demux_free(cs_demux *d) {
-    free(d->slots);
+    if (d->slots)
+        cs_huge_free(d->slots, ((size_t)d->mask + 1) * sizeof *d->slots);
     memset(d, 0, sizeof *d);
 }
 

@@ -2,6 +2,7 @@
  * in ingest_rx.c, the control side in ingest_streams.c and ingest_shared.c. See ingest.h
  * for the thread, locking, fd-ownership, demultiplexing and clock rules. */
 #define _GNU_SOURCE
+#include "hugemem.h"
 #include "ingest_priv.h"
 
 #include <errno.h>
@@ -37,6 +38,10 @@ void cs_ingest_default_config(cs_ingest_config *cfg) {
     cfg->max_sockets = 16;
     cfg->cpu = -1;
     cfg->backend = CS_INGEST_BACKEND_AUTO;
+}
+
+static size_t streams_bytes(const cs_ingest_config *c) {
+    return (size_t)c->max_streams * sizeof(ingest_slot);
 }
 
 static int bad_config(const cs_ingest_config *c) {
@@ -105,11 +110,9 @@ cs_ingest *cs_ingest_new(const cs_ingest_config *cfg_in) {
     pthread_mutex_init(&ing->demux_mu, ma);
     pthread_mutex_init(&ing->cmd_mu, NULL);
     pthread_cond_init(&ing->cmd_cv, NULL);
-    /* line-aligned: the receiver's per-datagram fields sit in known lines (ingest_priv.h) */
-    size_t streams_bytes = ((size_t)cfg.max_streams * sizeof *ing->streams + 63) & ~(size_t)63;
-    ing->streams = aligned_alloc(64, streams_bytes ? streams_bytes : 64);
-    if (ing->streams)
-        memset(ing->streams, 0, streams_bytes);
+    /* line-aligned: the receiver's per-datagram fields sit in known lines (ingest_priv.h);
+     * on huge pages (hugemem.h): every datagram touches its leg's slot */
+    ing->streams = cs_huge_alloc(streams_bytes(&cfg)); /* zeroed */
     ing->sockets = calloc(cfg.max_sockets ? cfg.max_sockets : 1, sizeof *ing->sockets);
     ing->msgs = calloc(cfg.batch, sizeof *ing->msgs);
     ing->iovs = calloc(cfg.batch, sizeof *ing->iovs);
@@ -389,7 +392,7 @@ void cs_ingest_free(cs_ingest *ing) {
     pthread_mutex_destroy(&ing->demux_mu);
     pthread_mutex_destroy(&ing->cmd_mu);
     pthread_cond_destroy(&ing->cmd_cv);
-    free(ing->streams);
+    cs_huge_free(ing->streams, streams_bytes(&ing->cfg));
     free(ing->sockets);
     free(ing->msgs);
     free(ing->iovs);

@@ -101,6 +101,7 @@ struct cs_jb {
     cs_resampler *rs;          /* NULL unless some payload type needs resampling */
     cs_jb_opus *opus;          /* NULL unless the table has Opus */
     cs_g722_decoder g722;
+    size_t block_bytes;        /* the one allocation's size (cs_pool_free) */
 };
 
 void cs_jb_clear_units(cs_jb *jb, int64_t from, int64_t to, uint64_t *units, uint64_t *pkts);
