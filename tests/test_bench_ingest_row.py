@@ -1,7 +1,8 @@
 """``bench all``'s ingest row: the latency goal is judged on the issue's definition
 (recvmmsg/reap returned -> in the buffer), the kernel-stamp latency is printed beside
 it, the CPU ratio judged is the bridge's default receiver's, and the note names the best
-paced and shared-port ratios against both asyncio baselines."""
+paced and shared-port ratios (the bench's own receiver and the bridge's shared-port
+path) against both asyncio baselines."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def _doc(default_cpu: float, syscall_p999: float) -> dict[str, Any]:
         "native_per_leg_uring": _receiver(default_cpu, 400.0, syscall_p999),
         "native_per_leg_uring_paced": _receiver(2.0, 3000.0, 70.0),
         "native_shared_paced": _receiver(1.6, 3000.0, 60.0),
+        "bridge_shared_paced": _receiver(1.5, 3000.0, 40.0),
         "asyncio_per_leg": _receiver(4.8, 1500.0, 0.0),
         "asyncio_shared": _receiver(7.2, 900.0, 0.0),
     }
@@ -61,6 +63,10 @@ def test_cpu_goal_is_the_default_receivers_and_the_note_shows_the_alternatives()
         "best shared port: native_shared_paced ×3.0 vs asyncio_per_leg / "
         "×4.5 vs asyncio_shared, syscall→buffer p99.9 60.0 µs" in row.note
     )
+    assert (
+        "best bridge shared port: bridge_shared_paced ×3.2 vs asyncio_per_leg / "
+        "×4.8 vs asyncio_shared, syscall→buffer p99.9 40.0 µs" in row.note
+    )
 
 
 def test_the_plan_runs_the_receivers_the_row_reads() -> None:
@@ -69,4 +75,5 @@ def test_the_plan_runs_the_receivers_the_row_reads() -> None:
         rx = flags[flags.index("--receivers") + 1 :]
         assert {"native_per_leg_uring", "asyncio_per_leg"} <= set(rx)
         assert {"native_per_leg_uring_paced", "native_shared_paced", "asyncio_shared"} <= set(rx)
+        assert "bridge_shared_paced" in rx  # the product's shared-port path
         assert flags[flags.index("--coalesce-us") + 1] != "0"

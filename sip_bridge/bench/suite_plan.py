@@ -131,10 +131,16 @@ def _ingest(d: Doc) -> Row:
 
 def _ingest_alternatives(run: Doc) -> str:
     """'; best per-leg paced: NAME ×a vs asyncio_per_leg / ×b vs asyncio_shared, ...'
-    and the same for the shared-port receivers, from one run's ratios."""
+    and the same for the bench's own shared-port receivers and for the bridge's shared-port
+    path (``bridge_shared*``: what ``callshield bridge`` runs with the shared RTP port on),
+    from one run's ratios."""
     ratios = run["cpu_ratios"]
     parts = []
-    for label, prefix in (("per-leg paced", "native_per_leg"), ("shared port", "native_shared")):
+    for label, prefix in (
+        ("per-leg paced", "native_per_leg"),
+        ("shared port", "native_shared"),
+        ("bridge shared port", "bridge_shared"),
+    ):
         names = [
             n
             for n in run
@@ -295,7 +301,7 @@ def _dtmf(d: Doc) -> Row:
 # baseline only for the note (what CALLSHIELD_INGEST_COALESCE_US / one port would buy)
 _INGEST_RX = (
     "--coalesce-us 1000 --receivers native_per_leg_uring native_per_leg_uring_paced "
-    "native_shared_paced asyncio_per_leg asyncio_shared"
+    "native_shared_paced bridge_shared_paced asyncio_per_leg asyncio_shared"
 )
 
 PLANS: tuple[Plan, ...] = (
