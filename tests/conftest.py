@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import re
@@ -83,6 +84,28 @@ def shared_dir(repo_root: Path) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def aasist_l_cli_import(
+    tmp_path_factory: pytest.TempPathFactory, shared_dir: Path
+) -> tuple[Path, str]:
+    """The official AASIST-L checkpoint from shared/, imported once per run by
+    ``callshield models import-aasist CKPT --out DIR`` (the CLI, in-process): the models
+    directory and what the command printed. The conversion takes ~11 s, so the tests
+    that need an installed real model share it (none of them writes to the folder)."""
+    pytest.importorskip("torch", reason="the convert extra (torch) is not installed")
+    from sip_bridge.cli import main
+
+    ckpt = shared_dir / "models/aasist/AASIST-L.pth"
+    if not ckpt.is_file():
+        pytest.fail(f"{ckpt} is missing from shared/")
+    models = tmp_path_factory.mktemp("aasist-l-import") / "models"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        rc = main(["models", "import-aasist", str(ckpt), "--out", str(models)])
+    assert rc == 0, printed.getvalue()
+    return models, printed.getvalue()
 
 
 @pytest.hookimpl(hookwrapper=True)
