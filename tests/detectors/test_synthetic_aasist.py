@@ -41,13 +41,15 @@ def test_cache_keys_never_mix_architectures() -> None:
 
 
 @pytest.fixture(scope="module")
-def quick_aasist(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Any:
+def quick_aasist(
+    tmp_path_factory: pytest.TempPathFactory, shared_dir: Path, synthetic_quick_work: Path
+) -> Any:
     from detectors.synthetic.build import build
 
     root = tmp_path_factory.mktemp("train-aasist")
     cfg = train.TrainConfig(windows=32, epochs=1, batch=16)
-    return build(
-        root / "models", root / "work", shared_dir / "data/speech", 0, quick=True, cfg=cfg,
+    return build(  # work: the spoofs of every quick build, generated once
+        root / "models", synthetic_quick_work, shared_dir / "data/speech", 0, quick=True, cfg=cfg,
         arch="aasist",
     )  # fmt: skip
 

@@ -113,11 +113,14 @@ def test_every_generator_runs_here(tmp_path: Path, shared_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Any:
+def quick(
+    tmp_path_factory: pytest.TempPathFactory, shared_dir: Path, synthetic_quick_work: Path
+) -> Any:
     from detectors.synthetic.build import build
 
     root = tmp_path_factory.mktemp("train-synthetic")
-    return build(root / "models", root / "work", shared_dir / "data/speech", 0, quick=True)
+    work = synthetic_quick_work  # the spoofs of every quick build, generated once
+    return build(root / "models", work, shared_dir / "data/speech", 0, quick=True)
 
 
 def test_quick_build_manifest_and_split(quick: Any) -> None:
