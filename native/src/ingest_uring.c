@@ -37,6 +37,7 @@
  * not apply: such a wait costs no more than an unpaced one.
  */
 #define _GNU_SOURCE
+#include "hugemem.h"
 #include "ingest_priv.h"
 
 #include <errno.h>
@@ -116,7 +117,7 @@ static uint32_t cq_entries(const cs_ingest_config *cfg, uint32_t nbufs) {
 
 static void ring_close(uring *u) {
     if (u->bufs)
-        munmap(u->bufs, u->bufs_len);
+        cs_huge_free(u->bufs, u->bufs_len);
     if (u->br)
         munmap(u->br, u->br_len);
     if (u->sqes)
@@ -222,9 +223,9 @@ static int ring_open(uring *u, const cs_ingest_config *cfg, char *why, size_t le
     u->br = br == MAP_FAILED ? NULL : br;
     u->buf_size = (uint32_t)((HDR_BYTES + cfg->max_datagram + 63) & ~63u);
     u->bufs_len = (size_t)u->nbufs * u->buf_size;
-    void *bufs = mmap(NULL, u->bufs_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-    u->bufs = bufs == MAP_FAILED ? NULL : bufs;
+    /* on huge pages (hugemem.h): the kernel fills the buffers round the ring, each
+     * datagram another page of the 1024 buffers' 2 MiB otherwise */
+    u->bufs = cs_huge_alloc(u->bufs_len);
     if (!u->br || !u->bufs) {
         snprintf(why, len, "mmap of %u receive buffers: %s", u->nbufs, strerror(errno));
         goto fail;
