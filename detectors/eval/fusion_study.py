@@ -6,8 +6,9 @@ Input: ``callshield eval DIR --per-call --json`` reports (each call's window sco
 detector and condition; a report may hold both models, or one each: reports are merged
 by detector name). Both models must cut the same windows (same rate, window, hop and
 minimum net speech, as every synthetic_voice model here): a call's windows are fused
-pairwise, in time order, then pooled as the runtime pools them (``--aggregate``, mean by
-default); calls whose two window lists differ in length are left out and counted.
+pairwise, in time order, then pooled per call as ``callshield eval`` pools them (the
+mean of P(spoof); ``--aggregate`` median, max, or ``logit-mean``: the sigmoid of the mean
+logit); calls whose two window lists differ in length are left out and counted.
 
 Rules (``RULES``), per window, P = each model's P(spoof), ``w`` the first model's weight:
 
@@ -52,6 +53,7 @@ POOL: dict[str, Callable[[np.ndarray], float]] = {
     "mean": lambda x: float(np.mean(x)),
     "median": lambda x: float(np.median(x)),
     "max": lambda x: float(np.max(x)),
+    "logit-mean": lambda x: float(1.0 / (1.0 + np.exp(-np.mean(logit(x))))),
 }
 
 

@@ -63,6 +63,10 @@ def test_fuse_rules() -> None:
     np.testing.assert_allclose(fs.fuse(a, b, "logit", 0.5), 1 / (1 + np.exp(-z)))
     # saturated probabilities stay finite
     assert np.all(np.isfinite(fs.fuse(np.array([1.0, 0.0]), np.array([1.0, 0.0]), "logit", 0.5)))
+    x = np.array([0.99, 0.5, 0.5])
+    assert fs.POOL["mean"](x) == pytest.approx(np.mean(x))
+    z = np.mean(np.log(x / (1 - x)))
+    assert fs.POOL["logit-mean"](x) == pytest.approx(1 / (1 + np.exp(-z)))
     with pytest.raises(ValueError, match="unknown rule"):
         fs.fuse(a, b, "max", 0.5)
 
