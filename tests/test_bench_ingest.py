@@ -82,6 +82,22 @@ def test_report_names_each_comparison(result: dict[str, Any]) -> None:
     assert result["goals"] == ingest.GOALS
 
 
+def test_report_says_what_puts_its_memory_on_huge_pages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    monkeypatch.delenv("CALLSHIELD_NO_HUGEMEM", raising=False)
+    mem = ingest.memory_setup()
+    assert mem["glibc_tunables"] == "glibc.malloc.hugetlb=1"
+    assert mem["native_hugemem"] is True
+    if os.path.exists(ingest.THP_ENABLED):
+        assert mem["thp_enabled"] in {"always", "madvise", "never"}
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    monkeypatch.setenv("CALLSHIELD_NO_HUGEMEM", "1")
+    mem = ingest.memory_setup()
+    assert (mem["glibc_tunables"], mem["native_hugemem"]) == (None, False)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
 def test_pinned_run_restores_affinity() -> None:
     before = os.sched_getaffinity(0)

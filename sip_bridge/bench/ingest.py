@@ -155,8 +155,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sender": "python -m sip_bridge.bench.rtp_load: a separate process, one socket per "
         "leg (distinct source ports), socket.sendto paced in 1 ms slots",
         "goals": GOALS,
+        "memory": memory_setup(),
         "table": [row for r in runs for row in _rows(r)],
         "runs": runs,
+    }
+
+
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def memory_setup() -> dict[str, Any]:
+    """What decides whether the receivers' memory is on huge pages, which moves their CPU
+    per packet (docs/operations.md, "RTP receive pacing"): the host's THP mode (the
+    bracketed word), whether the native receive state asks for them (native/src/hugemem.c,
+    off with CALLSHIELD_NO_HUGEMEM), and GLIBC_TUNABLES (deploy/ sets
+    glibc.malloc.hugetlb=1 for the bridge; a run without it does not measure that)."""
+    try:
+        with open(THP_ENABLED) as f:
+            words = f.read().split()
+        thp = next((w.strip("[]") for w in words if w.startswith("[")), None)
+    except OSError:
+        thp = None
+    return {
+        "thp_enabled": thp,
+        "native_hugemem": not os.environ.get("CALLSHIELD_NO_HUGEMEM"),
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
     }
 
 
