@@ -8,7 +8,8 @@ fixture, publishing to a real redis-server.
   alert; the echo windows abstain ``echo``; the person's windows are scored.
 - Allowlist: one prompt on the external legs of 6 calls from distinct ANIs is proposed
   as a candidate; once an admin confirms it (the dashboard's own store), 50 concurrent
-  calls playing it raise no replay alert and abstain ``allowlisted``.
+  calls playing it raise no replay alert and abstain ``allowlisted``: the calls
+  admission analyses; the rest of the burst is answered unanalysed for capacity.
 - Replay: a real recording played into a second call raises a replay alert there only.
 - A mixed fork (plain SIP: one leg of both parties) makes voice detectors abstain
   ``leg_unknown``.
@@ -241,14 +242,36 @@ def test_common_prompt_is_proposed_then_allowlisted_for_fifty_calls(
     fifty = {e.call_id for e in ended}
     alerts = [a for a in _read(client, keys.alerts) if isinstance(a, Alert)]
     assert not [a for a in alerts if a.call_id in fifty and a.alert_id not in before]
+    # A 50-call burst on a fresh node gets the room admission has (DESIGN §8: its
+    # estimate, seeded from the pre-warm timings, and the detector queue wait): all 50
+    # in a clean CI run, 6-33 on a loaded 2-core box. How many is the box's timing, not
+    # provenance. The rest are answered unanalysed: their coverage says so at the call
+    # level (``unanalyzed: capacity``, no dimension: the contract lists dimensions for
+    # analysed calls only, tests/e2e/test_bridge_wiring.py); each must be shed for that
+    # reason. Any analysed call would raise a replay alert without the allowlist (the 6
+    # calls above heard the prompt first), so the analysed ones carry the claim.
+    assert all(e.coverage is not None for e in ended)
+    covs = {e.call_id: e.coverage for e in ended if e.coverage is not None}
+    shed = {c for c, cov in covs.items() if not cov.analysed}
+    reasons = {
+        m.call_id: m.reason
+        for m in _read(client, keys.events)
+        if isinstance(m, CallEvent) and m.event == "started" and m.call_id in fifty
+    }
+    for call_id in shed:
+        cov = covs[call_id]
+        assert cov.unanalyzed == "capacity" and cov.dimensions == {}, (call_id, cov)
+        assert reasons[call_id] == "unanalyzed:capacity", (call_id, reasons[call_id])
     replay = Dimension.REPLAY
     allowed = [
-        e.coverage.dimensions[replay].abstentions.get(Abstention.ALLOWLISTED, 0)
-        for e in ended
-        if e.coverage
+        cov.dimensions[replay].abstentions.get(Abstention.ALLOWLISTED, 0)
+        for c, cov in covs.items()
+        if c not in shed
     ]
-    assert len(allowed) == 50 and sum(a > 0 for a in allowed) >= 45, allowed
-    assert version == 1 and wiring.replay.stage.stats.allowlisted >= 50
+    # at least 90 % of the analysed calls abstain allowlisted (45 of 50 when all are)
+    ok = sum(a > 0 for a in allowed)
+    assert ok >= 1 and 10 * ok >= 9 * len(allowed), (allowed, f"{len(shed)} of 50 shed")
+    assert version == 1 and wiring.replay.stage.stats.allowlisted >= sum(allowed)
 
 
 def test_a_recording_replayed_into_a_second_call_alerts_there(
