@@ -37,6 +37,11 @@ class ModelSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CALLSHIELD_", extra="ignore")
     models_dir: Path = Field(default_factory=_default_models_dir)
+    # the detector models the bridge (and replay) load, by manifest name, comma-separated;
+    # empty = every installed one. One model per scored dimension: with two installed
+    # models of one dimension (e.g. callshield-synthetic-8k and callshield-aasist-lite-8k,
+    # both synthetic_voice) the bridge refuses to start until this names the one to use
+    detector_models: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import redis
@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from detectors.admission import AdmissionConfig, OverloadPolicy
+from detectors.alert_schema import Dimension
 from detectors.bus.call_updates import CallUpdates, ClaimTarget
 from detectors.bus.connect import resolve_url, sync_client
 from detectors.bus.coverage_objective import CoverageRule, CoverageTracker, Objective
@@ -39,7 +40,7 @@ from detectors.bus.settings import BusSettings
 from detectors.contract import Detector
 from detectors.echo import EchoGate
 from detectors.metrics import DetectorMetrics, render
-from detectors.model_store import ModelSettings, ModelStore
+from detectors.model_store import Installed, ModelSettings, ModelStore
 from detectors.replay.detector import ReplayFingerprinter
 from detectors.replay.service import ReplayService, build_replay
 from detectors.runtime import DetectorRuntime, RuntimeConfig
@@ -65,15 +66,52 @@ from sip_bridge.settings import Settings, split_host_port
 log = logging.getLogger(__name__)
 
 
+DETECTOR_MODELS_SETTING = "CALLSHIELD_DETECTOR_MODELS"
+
+
+def select_models(installed: Mapping[str, Dimension], wanted: str = "") -> list[str]:
+    """The names of the installed detector models to load (sorted): ``wanted`` (the
+    comma-separated CALLSHIELD_DETECTOR_MODELS), or every one when it is empty.
+
+    One model per scored dimension: fusion keeps one rule (the first model's calibrated
+    threshold) and one N-of-M window state per call and dimension, so two models of one
+    dimension would silently be scored against one threshold. Raises ValueError when a
+    wanted name is not installed or when two selected models share a dimension."""
+    names = sorted({n.strip() for n in wanted.split(",") if n.strip()})
+    unknown = [n for n in names if n not in installed]
+    if unknown:
+        raise ValueError(
+            f"{DETECTOR_MODELS_SETTING} names {', '.join(unknown)}, not an installed "
+            f"detector model (installed: {', '.join(sorted(installed)) or 'none'})"
+        )
+    chosen = names or sorted(installed)
+    by_dimension: dict[Dimension, list[str]] = {}
+    for name in chosen:
+        by_dimension.setdefault(installed[name], []).append(name)
+    clashes = {dim: ns for dim, ns in by_dimension.items() if len(ns) > 1}
+    if clashes:
+        what = "; ".join(f"{dim.value}: {', '.join(ns)}" for dim, ns in sorted(clashes.items()))
+        raise ValueError(
+            f"more than one detector model for one dimension ({what}): fusion scores one "
+            f"model per dimension (one threshold, one N-of-M window per call), so they "
+            f"cannot run side by side; set {DETECTOR_MODELS_SETTING} to the models to load, "
+            f"one per dimension (e.g. {DETECTOR_MODELS_SETTING}="
+            f"{','.join(ns[0] for ns in by_dimension.values())}), or remove the others "
+            f"from the models directory"
+        )
+    return chosen
+
+
 def load_detectors(
     models: ModelSettings, dev_fixtures: str = "", intra_op_threads: int = 1
 ) -> list[Detector]:
-    """The installed models (fixtures skipped) plus, with ``dev_fixtures`` ("tiny" or
-    "full"), the fixture models built in memory; each session on ``intra_op_threads``."""
+    """The installed models (fixtures skipped; ``models.detector_models`` picks them, one
+    per dimension, see ``select_models``) plus, with ``dev_fixtures`` ("tiny" or "full"),
+    the fixture models built in memory; each session on ``intra_op_threads``."""
     from detectors.onnx_detector import OnnxDetector
 
     store = ModelStore(models.models_dir)
-    detectors: list[Detector] = []
+    found_by_name: dict[str, Installed] = {}
     for name in sorted({i.manifest.name for i in store.installed()}):
         try:
             found = store.get(name)
@@ -90,9 +128,20 @@ def load_detectors(
                 models.models_dir,
             )
             continue
-        detectors.append(
-            OnnxDetector(found.manifest, found.model_path, intra_op_threads=intra_op_threads)
+        found_by_name[name] = found
+    chosen = select_models(
+        {name: f.manifest.dimension for name, f in found_by_name.items()}, models.detector_models
+    )
+    for name in sorted(set(found_by_name) - set(chosen)):
+        log.info("model %s installed but not in %s: not loaded", name, DETECTOR_MODELS_SETTING)
+    detectors: list[Detector] = [
+        OnnxDetector(
+            found_by_name[n].manifest,
+            found_by_name[n].model_path,
+            intra_op_threads=intra_op_threads,
         )
+        for n in chosen
+    ]
     if not detectors:
         log.warning(
             "no detector models installed in %s: calls are answered and their media and "
@@ -457,4 +506,4 @@ class _BridgeCollector(Collector):
         return iter(())
 
 
-__all__ = ["BusPublisher", "Wiring", "load_detectors"]
+__all__ = ["BusPublisher", "Wiring", "load_detectors", "select_models"]

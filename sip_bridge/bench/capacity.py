@@ -218,6 +218,17 @@ def _installed(models_dir: Path) -> list[Installed]:
         found = store.get(name)
         if name != VAD_NAME and not found.manifest.fixture:
             out.append(found)
+    from detectors.model_store import ModelSettings
+    from sip_bridge.wiring import select_models
+
+    try:  # what the bridge would load: one model per dimension (CALLSHIELD_DETECTOR_MODELS)
+        chosen = select_models(
+            {i.manifest.name: i.manifest.dimension for i in out},
+            ModelSettings(models_dir=models_dir).detector_models,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"--models-dir {models_dir}: {exc}") from exc
+    out = [i for i in out if i.manifest.name in chosen]
     if not any(i.manifest.dimension is Dimension.SYNTHETIC_VOICE for i in out):
         names = ", ".join(i.manifest.key for i in out) or "none"
         raise SystemExit(

@@ -133,7 +133,11 @@ def run(args: argparse.Namespace) -> int:
     from sip_bridge.wiring import load_detectors
 
     models = ModelSettings(models_dir=args.models_dir) if args.models_dir else ModelSettings()
-    detectors = load_detectors(models, args.dev_fixture_models)
+    try:
+        detectors = load_detectors(models, args.dev_fixture_models)
+    except ValueError as exc:  # e.g. two models of one dimension (CALLSHIELD_DETECTOR_MODELS)
+        print(f"callshield replay: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
