@@ -71,10 +71,18 @@
  * Wakeups and pacing. With coalesce_us = 0 the thread wakes whenever a socket is ready:
  * lowest latency, but when datagrams are sparse it wakes per datagram or two, and the
  * wakeup costs more than the datagram. coalesce_us > 0 paces it: after a wakeup it waits
- * on the stop eventfd alone (a stop is still seen at once) until wakeup + coalesce_us
- * before waiting on the sockets again, so datagrams queue up and are read in batches,
- * for up to that much more arrival latency (never while a socket was left with
- * datagrams after max_batches full batches: then it reads on). A timed sleep is not free
+ * on the stop eventfd alone (a stop is still seen at once) until the next multiple of
+ * coalesce_us on CLOCK_MONOTONIC (at most coalesce_us after the wakeup) before waiting
+ * on the sockets again, so datagrams queue up and are read in batches, for up to that
+ * much more arrival latency (never while a socket was left with datagrams after
+ * max_batches full batches: then it reads on). The wakeups are on that grid because the
+ * kernel's periodic tick is (at multiples of its period, 4 ms at HZ=250, since boot):
+ * when the tick period is a multiple of coalesce_us, every tick that falls in a paced
+ * cycle fires with the wakeup, before the batch is read. Paced at wakeup + coalesce_us
+ * instead, the phase drifted and a tick landed inside a batch now and then, and every
+ * datagram after it waited for it: on the 2-vCPU VM this was built on a tick costs the
+ * running thread 30-150 us (a bare spin loop loses that at each 4 ms boundary): that was
+ * the paced shared receiver's recvmmsg -> buffer p99.9 of 63-370 us (docs/operations.md). A timed sleep is not free
  * (measured on the 2-vCPU VM this was built on: 18-25 us of thread CPU per sleep, against
  * ~2.6 us per socket-driven wakeup with its recvmmsg, ~0.55 wakeups per datagram), so it
  * is only taken while the rate of the last 20 ms predicts at least coalesce_min
@@ -121,8 +129,9 @@ typedef struct {
     uint32_t batch;          /* datagrams per recvmmsg, 1..64 */
     uint32_t max_batches;    /* recvmmsg calls per ready socket per wakeup, >= 1 */
     uint32_t max_datagram;   /* receive buffer per datagram (bytes); longer = truncated */
-    uint32_t coalesce_us;    /* after a wakeup, sleep until wakeup + this before waiting
-                              * again: fewer wakeups (CPU) for up to this much latency */
+    uint32_t coalesce_us;    /* after a wakeup, sleep until the next multiple of this
+                              * (CLOCK_MONOTONIC, <= this later) before waiting again:
+                              * fewer wakeups (CPU) for up to this much latency */
     uint32_t coalesce_min;   /* ... only while >= this many datagrams are expected in
                               * coalesce_us at the recent rate (0: always sleep) */
     uint32_t max_sockets;    /* shared sockets, 0..256 */
