@@ -221,7 +221,11 @@ int cs_jb_set_pts(cs_jb *jb, const cs_pt_entry *pts, uint32_t n) {
             jb->slot_state[u] = (uint8_t)((st & ~CS_SLOT_PT_MASK) |
                                           (map[(st & CS_SLOT_PT_MASK) - 1] + 1));
     }
-    if (jb->last_audio_pt >= 0) /* gone: 16 matches no entry, the next audio is a change */
+    /* gone: 16 matches no entry, the next audio is a change; one already gone (16, from
+     * an earlier update with no audio since) stays gone */
+    if (jb->last_audio_pt >= (int)jb->n_pts)
+        jb->last_audio_pt = 16;
+    else if (jb->last_audio_pt >= 0)
         jb->last_audio_pt = map[jb->last_audio_pt] < 0 ? 16 : map[jb->last_audio_pt];
     if (jb->dec_idx >= 0) jb->dec_idx = map[jb->dec_idx];
     memcpy(jb->cfg.pts, pts, n * sizeof *pts);

@@ -258,6 +258,14 @@ static void test_jb_set_pts_in_place(void) {
         cs_jb_pull(jb, t, pcm, &info);
     CHECK_EQ(cs_jb_set_pts(jb, pcma_only, 1), 0);
     CHECK_EQ(st->payload_table_updates, 2);
+    /* a second update before any audio: the last audio's codec is already gone (it must
+     * stay gone, not be looked up past the old table: ASan reads the stack map) */
+    cs_pt_entry pcma_and_events[] = {
+        {8, CS_CODEC_PCMA, 1, 0, 8000},
+        {97, CS_CODEC_TELEPHONE_EVENT, 1, 0, 8000},
+    };
+    CHECK_EQ(cs_jb_set_pts(jb, pcma_and_events, 2), 0);
+    CHECK_EQ(st->payload_table_updates, 3);
     CHECK_EQ(cs_jb_insert_datagram(jb, pkt, make_rtp(pkt, 8, seq++, ts, 42, 160, 0x22), t),
              CS_PKT_IN_ORDER);
     CHECK_EQ(st->payload_type_changes, 1); /* PCMU -> PCMA is a change */
