@@ -38,6 +38,9 @@ __all__ = ["AsyncioReceiver", "NativeReceiver", "Pinning", "Receiver", "Window"]
 
 _RTP = struct.Struct("!BBHII")
 _SENT_AT = struct.Struct("!q")
+# datagrams one native receiver drains from a socket per wakeup (batch x max_batches),
+# whatever --batch is: the Ingest default, 16 x 8
+DRAIN_PER_WAKEUP = 128
 Address = tuple[str, int]
 
 
@@ -186,6 +189,7 @@ class NativeReceiver(Receiver):
         self.ing = Ingest(
             streams,
             batch=batch,
+            max_batches=max(1, DRAIN_PER_WAKEUP // batch),
             coalesce_us=coalesce_us,
             max_sockets=1,
             cpu=pin.receiver_cpu if pin else None,
