@@ -34,7 +34,7 @@ from sip_bridge.call_state import call_state_collector
 from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
 from sip_bridge.leg_roles import leg_role_collector
 from sip_bridge.media import FrameSink, MediaEngine
-from sip_bridge.media_setup import bridge_ingest, bridge_media
+from sip_bridge.media_setup import bridge_ingest, bridge_media, receive_thread_note
 from sip_bridge.settings import Settings
 from sip_bridge.sinks import CountingSink
 from sip_bridge.sip.passport import TrustStore
@@ -154,6 +154,7 @@ class Bridge:
 
     async def serve(self) -> None:
         self.ingest.start()
+        log.log(*receive_thread_note(self.settings, self.ingest))
         self.media.start()
         try:
             if self.wiring is not None:  # pre-warm before the first call is answered

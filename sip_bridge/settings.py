@@ -84,6 +84,14 @@ class Settings(BaseSettings):
     # in N µs: less CPU per packet, up to N µs more arrival-to-buffer delay
     # (docs/operations.md, "RTP receive pacing"); logged at start beside the backend
     ingest_coalesce_us: int = Field(default=0, ge=0, le=5000)
+    # the RTP receive thread's real-time priority (native/ingest.py rt_priority; 0 = off,
+    # the default: normal scheduling). 1..99 runs it SCHED_FIFO, so no other thread of
+    # the host (detectors, the playout clock, SIP) preempts it between a recvmmsg and the
+    # inserts: that preemption is the paced shared receiver's recvmmsg -> buffer p99.9
+    # tail (docs/operations.md, "RTP receive pacing"). Needs CAP_SYS_NICE or root; refused,
+    # the thread runs normally and a WARNING says so. It sleeps between batches, but a
+    # flood holds it on one CPU (the kernel's RT throttling leaves others 5 % of it)
+    ingest_rt_priority: int = Field(default=0, ge=0, le=99)
     jitter_max_delay_ms: int = 300
     # analysis (sip_bridge.wiring): the HTTP port for /metrics, /ready, /health ("" off),
     # detector threads, calls analysed at most, and the dev fixture models ("tiny",

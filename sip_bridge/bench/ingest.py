@@ -21,7 +21,8 @@ per leg or to one shared port. Receivers (``ingest_receivers``):
   ingest and media engine built as ``callshield bridge`` builds them with
   ``rtp_shared_port`` on, every sender registered as a SIP leg through
   ``MediaEngine.open_leg`` (no SIP), pulled by the engine's playout thread; same four
-  variants (epoll / io_uring, paced or not); unpinned, so a pinned run skips them.
+  variants (epoll / io_uring, paced or not); unpinned, so a pinned run skips them;
+  ``--rt-priority`` is the bridge's ``CALLSHIELD_INGEST_RT_PRIORITY``.
 - ``asyncio_per_leg`` (the baseline of DESIGN.md §3) / ``asyncio_shared`` (the
   like-for-like baseline of the shared port): ``DatagramProtocol`` per socket, or one
   protocol demultiplexing by a dict keyed by source address.
@@ -218,7 +219,9 @@ def _run_load(args: argparse.Namespace, pps: int, pinned: bool) -> dict[str, Any
             if pinned:
                 continue
             coalesce = args.coalesce_us if paced else 0
-            rx = BridgeSharedReceiver(streams, coalesce_us=coalesce, backend=backend)
+            rx = BridgeSharedReceiver(
+                streams, coalesce_us=coalesce, backend=backend, rt_priority=args.rt_priority
+            )
         else:
             coalesce = args.coalesce_us if paced else 0
             rx = NativeReceiver(

@@ -27,6 +27,7 @@ from sip_bridge.bench.ingest_receivers import (
     Window,
     ingest_counters_report,
     ptime_ticks,
+    sched_label,
 )
 from sip_bridge.media_setup import bridge_ingest, bridge_media
 from sip_bridge.settings import Settings
@@ -44,13 +45,16 @@ def _free_udp_port() -> int:
 class BridgeSharedReceiver(Receiver):
     """The bridge's media engine on its shared RTP port, ``streams`` SIP-less legs."""
 
-    def __init__(self, streams: int, *, coalesce_us: int, backend: str) -> None:
+    def __init__(
+        self, streams: int, *, coalesce_us: int, backend: str, rt_priority: int = 0
+    ) -> None:
         self.settings = Settings.model_validate(
             {
                 "sip_listen": "127.0.0.1:0",
                 "rtp_shared_port": _free_udp_port(),
                 "ingest_backend": backend,
                 "ingest_coalesce_us": coalesce_us,
+                "ingest_rt_priority": rt_priority,
                 "max_streams": max(streams, 16),
             }
         )
@@ -77,6 +81,7 @@ class BridgeSharedReceiver(Receiver):
             self.legs.append(leg)
         self.ing.start()
         self.media.start()
+        self.sched = self.ing.sched()
         self.counters0 = self.ing.counters()
 
     def run_until(self, done: Callable[[], bool], window: Window) -> None:
@@ -107,6 +112,7 @@ class BridgeSharedReceiver(Receiver):
             f"playout thread, coalesce_us={self.coalesce_us}; CPU = the receiver thread's "
             "clock",
             "backend": self.ing.backend()[1],
+            "sched": sched_label(self.sched, self.settings.ingest_rt_priority),
             "shared_socket_datagrams": shared.get("datagrams"),
             "shared_fallbacks": self.media.shared_fallbacks,
             "playout_late_ticks": self.media.late_ticks,

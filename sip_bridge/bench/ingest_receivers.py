@@ -138,6 +138,13 @@ def _busy_ns() -> int:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def sched_label(state: int, rt_priority: int) -> str:
+    """A native receiver thread's scheduling (``Ingest.sched()``), for the report."""
+    return {1: f"SCHED_FIFO {rt_priority}", 0: "normal"}.get(
+        state, f"normal (SCHED_FIFO {rt_priority} refused: {state})"
+    )
+
+
 def _bind(rcvbuf: int) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setblocking(False)
@@ -259,9 +266,7 @@ class NativeReceiver(Receiver):
             "receiver": f"native: C thread, {mode}, {how}, parse + source lock + "
             f"jb insert, coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
             "backend": self.ing.backend()[1],
-            "sched": {1: f"SCHED_FIFO {self.rt_priority}", 0: "normal"}.get(
-                self.sched, f"normal (SCHED_FIFO {self.rt_priority} refused: {self.sched})"
-            ),
+            "sched": sched_label(self.sched, self.rt_priority),
             "pull_cpu_us_per_stream_frame": self.pull_cpu_ns
             / 1e3
             / max(1, self.pulls * len(self.ids)),

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
+import os
 import socket
 import struct
 import time
@@ -12,6 +16,7 @@ import pytest
 from native.ingest import Ingest
 from sip_bridge.bridge import Bridge
 from sip_bridge.cli import build_parser
+from sip_bridge.media_setup import receive_thread_note
 from sip_bridge.settings import Settings, split_host_port
 
 
@@ -96,3 +101,70 @@ def test_receive_pacing_reaches_the_native_ingest(monkeypatch: pytest.MonkeyPatc
 def test_receive_pacing_is_bounded(bad: int) -> None:
     with pytest.raises(ValueError, match="ingest_coalesce_us"):
         Settings(ingest_coalesce_us=bad)
+
+
+def _cs_ingest_tids() -> list[int]:
+    out = []
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as f:
+            if f.read().strip() == "cs-ingest":
+                out.append(int(tid))
+    return out
+
+
+def test_receive_thread_real_time_priority_reaches_the_native_ingest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ingest_rt_priority (default 0 = normal scheduling) runs the bridge's receive thread
+    SCHED_FIFO at that priority, and the start-up note says which it got."""
+    before = set(_cs_ingest_tids())
+    monkeypatch.setenv("CALLSHIELD_INGEST_RT_PRIORITY", "7")
+    bridge = _bridge()
+    try:
+        bridge.ingest.start()
+        (tid,) = set(_cs_ingest_tids()) - before
+        level, note = receive_thread_note(bridge.settings, bridge.ingest)
+        if os.geteuid() == 0:  # CI and this box run as root: granted
+            assert bridge.ingest.sched() == 1
+            assert os.sched_getscheduler(tid) == os.SCHED_FIFO
+            assert os.sched_getparam(tid).sched_priority == 7
+            assert (level, "SCHED_FIFO priority 7" in note) == (logging.INFO, True)
+        else:  # refused: it runs normally, and a WARNING says why
+            assert bridge.ingest.sched() < 0 and os.sched_getscheduler(tid) == os.SCHED_OTHER
+            assert level == logging.WARNING and "refused" in note
+    finally:
+        bridge.ingest.close()
+    monkeypatch.delenv("CALLSHIELD_INGEST_RT_PRIORITY")
+    plain = _bridge()
+    try:
+        plain.ingest.start()
+        (tid,) = set(_cs_ingest_tids()) - before
+        assert os.sched_getscheduler(tid) == os.SCHED_OTHER and plain.ingest.sched() == 0
+        level, note = receive_thread_note(plain.settings, plain.ingest)
+        assert level == logging.INFO and "normal scheduling" in note
+    finally:
+        plain.ingest.close()
+
+
+class _Refused:
+    """An ingest whose real-time request the kernel refused (EPERM): pure logic."""
+
+    def backend(self) -> tuple[str, str]:
+        return "epoll", "epoll: asked for by the configuration"
+
+    def sched(self) -> int:
+        return -errno.EPERM
+
+
+def test_a_refused_real_time_priority_is_a_warning_that_names_the_setting() -> None:
+    s = Settings(ingest_rt_priority=20, ingest_coalesce_us=1000)
+    level, note = receive_thread_note(s, _Refused())  # type: ignore[arg-type]
+    assert level == logging.WARNING
+    assert "CALLSHIELD_INGEST_RT_PRIORITY=20 refused" in note
+    assert os.strerror(errno.EPERM) in note and "paced 1000 us" in note
+
+
+@pytest.mark.parametrize("bad", [-1, 100])
+def test_receive_thread_priority_is_bounded(bad: int) -> None:
+    with pytest.raises(ValueError, match="ingest_rt_priority"):
+        Settings(ingest_rt_priority=bad)
