@@ -1,5 +1,6 @@
 """``callshield models list | verify | install | build-fixtures | import-aasist |
-derive-speaker | train-synthetic | install-vad | eval-speaker``: the models directory.
+derive-speaker | train-synthetic | fuse-synthetic | install-vad | eval-speaker``: the models
+directory.
 
 Nothing is downloaded: ``install`` copies a local ONNX file and its manifest (checked by
 sha256); ``build-fixtures`` (a dev command, needs the ``onnx`` package) builds the
@@ -135,6 +136,21 @@ def add_parser(sub: Any, name: str) -> None:
         "--epochs", type=int, metavar="E", help="epochs over them (default: the architecture's)"
     )
     p = verbs.add_parser(
+        "fuse-synthetic",
+        help="two synthetic_voice models as one (one ONNX graph, the mean of their logits), "
+        "thresholds from the seed's dev part (onnx package; docs/models/synthetic_voice.md)",
+    )
+    p.add_argument("--a", nargs=2, metavar=("DIR", "NAME"), required=True, help="first model")
+    p.add_argument("--b", nargs=2, metavar=("DIR", "NAME"), required=True, help="second model")
+    p.add_argument(
+        "--weight", type=float, default=0.5, help="the first model's logit weight (0..1)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="the split both models were built on")
+    p.add_argument("--work", type=Path, help="the builds' work directory (dev spoofs, a cache)")
+    p.add_argument("--speech-dir", type=Path, help="default: $CALLSHIELD_SHARED/data/speech")
+    p.add_argument("--quick", action="store_true", help="the quick split, for tests")
+    p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
+    p = verbs.add_parser(
         "install-vad", help="copy Silero VAD's ONNX out of the silero-vad wheel (convert extra)"
     )
     p.add_argument("--out", type=Path, help="output directory (default: the models directory)")
@@ -244,6 +260,13 @@ def run(args: argparse.Namespace) -> int:
             windows=args.windows,
             epochs=args.epochs,
         )
+    if args.verb == "fuse-synthetic":
+        from detectors.synthetic.fuse import run_cli as fuse_synthetic
+
+        return fuse_synthetic(
+            args.a, args.b, args.weight, args.out or root, args.work, args.speech_dir,
+            args.seed, args.quick,
+        )  # fmt: skip
     if args.verb == "install-vad":
         from detectors.vad.install import run_cli as install_vad
 

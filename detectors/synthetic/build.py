@@ -335,6 +335,27 @@ def write_testset(clips: list[Clip], root: Path) -> int:
     return n
 
 
+def corpus_clips(
+    speech_dir: Path,
+    work: Path,
+    seed: int,
+    quick: bool,
+    with_families: tuple[str, ...],
+    say: Any,
+) -> tuple[list[corpus.Utterance], list[Clip], list[str]]:
+    """The corpus, every clip of the seed's split (bona fide and the spoofs, generated
+    into ``WORK/gen-s<seed>`` or found there) and the generation failures."""
+    utts = corpus.load_corpus(speech_dir)
+    if quick:
+        utts = dataset.subset(utts, seed, per_part=3)
+    systems = [s for s in generators.selected(with_families) if not quick or s.id in QUICK_SYSTEMS]
+    budget = QUICK_BUDGET if quick else Budget()
+    tag = f"s{seed}{'-quick' if quick else ''}"  # texts and sources depend on both
+    jobs = dataset.plan(utts, work / f"gen-{tag}", seed, budget, systems)
+    failures = dataset.generate(jobs, progress=say)
+    return utts, dataset.clips(utts, jobs, seed), failures
+
+
 def build(
     out_dir: Path,
     work: Path,
@@ -352,15 +373,7 @@ def build(
     if arch not in NAMES:
         raise BuildError(f"unknown architecture {arch!r} (one of {', '.join(NAMES)})")
     started = time.monotonic()
-    utts = corpus.load_corpus(speech_dir)
-    if quick:
-        utts = dataset.subset(utts, seed, per_part=3)
-    systems = [s for s in generators.selected(with_families) if not quick or s.id in QUICK_SYSTEMS]
-    budget = QUICK_BUDGET if quick else Budget()
-    tag = f"s{seed}{'-quick' if quick else ''}"  # texts and sources depend on both
-    jobs = dataset.plan(utts, work / f"gen-{tag}", seed, budget, systems)
-    failures = dataset.generate(jobs, progress=say)
-    all_clips = dataset.clips(utts, jobs, seed)
+    utts, all_clips, failures = corpus_clips(speech_dir, work, seed, quick, with_families, say)
     held: list[Clip] = []
     if hold_out is not None:  # its own work folder: no cache of a build that saw it
         all_clips, held = lofo.split(all_clips, hold_out)
