@@ -562,6 +562,19 @@ def run_cli(
         print(f"error: {exc}")
         return 1
     print(f"installed {installed.manifest.key} -> {installed.model_path}")
+    others = sorted(
+        {
+            i.manifest.name
+            for i in ModelStore(out_dir).installed()
+            if i.manifest.dimension is Dimension.SYNTHETIC_VOICE
+            and i.manifest.name != installed.manifest.name
+        }
+    )
+    if others:  # the bridge scores one model per dimension and will not guess
+        print(
+            f"  note: {out_dir} also holds synthetic_voice model(s) {', '.join(others)}: the "
+            "bridge refuses to start until CALLSHIELD_DETECTOR_MODELS names the one to load"
+        )
     print(f"  ONNX vs torch max |Δ P(spoof)| {report['onnx_max_abs_diff']:.1e}")
     for cond, r in report["dev"].items():
         print(

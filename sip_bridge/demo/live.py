@@ -142,7 +142,7 @@ def _say_models(state: models.ModelState) -> None:
     else:
         print(
             "models: no synthetic-voice model installed, so the synthetic calls will NOT be "
-            "flagged (`callshield models train-synthetic` trains one, ~10 min)"
+            "flagged (`callshield models train-synthetic` trains one, ~1 h on 2 cores)"
         )
     speaker = (
         "speaker model + cohort" if state.speaker and state.cohort else "no speaker biometrics"

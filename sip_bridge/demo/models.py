@@ -1,7 +1,8 @@
 """The models the demo needs, checked (and, where they derive locally, made) at startup
 through ``callshield models``: Silero VAD (``install-vad``, ~2 s), the speaker model
 (``derive-speaker``, ~40 s once) and its S-norm cohort (``build-cohort``, ~10 s once).
-The synthetic-voice model takes ~10 min to train: it is never made here, only reported.
+The synthetic-voice model takes about an hour to train (2 cores): it is never made here,
+only reported.
 """
 
 from __future__ import annotations
