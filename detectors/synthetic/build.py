@@ -576,12 +576,7 @@ def run_cli(
             "bridge refuses to start until CALLSHIELD_DETECTOR_MODELS names the one to load"
         )
     print(f"  ONNX vs torch max |Δ P(spoof)| {report['onnx_max_abs_diff']:.1e}")
-    for cond, r in report["dev"].items():
-        print(
-            f"  dev {cond:<11} EER {r['eer']}  threshold {r['threshold']:.4f}  "
-            f"FA {r['false_alarm']}  miss {r['miss']}  by family {r['eer_by_family']}"
-        )
-    print(f"  thresholds {report['thresholds']}")
+    print_dev(report)
     if "held_out" in report:
         for cond in DEV_CONDITIONS:
             print(lofo.format_table([report["held_out"]], cond))
@@ -591,6 +586,16 @@ def run_cli(
         f"--detector {NAMES[arch]} --by-family"
     )
     return 0
+
+
+def print_dev(report: dict[str, Any]) -> None:
+    """A build report's dev figures per condition and its thresholds, as the CLI prints them."""
+    for cond, r in report["dev"].items():
+        print(
+            f"  dev {cond:<11} EER {r['eer']}  threshold {r['threshold']:.4f}  "
+            f"FA {r['false_alarm']}  miss {r['miss']}  by family {r['eer_by_family']}"
+        )
+    print(f"  thresholds {report['thresholds']}")
 
 
 def run_lofo(work: Path, speech_dir: Path, seed: int, quick: bool, arch: str = "cnn") -> int:

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 
 from detectors.alert_schema import Dimension
+from detectors.eval import fusion_study
+from detectors.eval.fusion_study import EPS
 from detectors.manifest import ModelManifest
 from detectors.model_store import Installed, ModelStore
 from detectors.synthetic import corpus, dataset, train
@@ -52,20 +54,11 @@ from detectors.synthetic.build import (
     default_work_dir,
     dev_report,
     ort_session,
+    print_dev,
 )
 from detectors.synthetic.train import FloatArray
 
 FUSED_NAME = "callshield-synthetic-fused-8k"
-EPS = 1e-6  # as detectors.eval.fusion_study.EPS
-
-
-def fused_scores(p_a: FloatArray, p_b: FloatArray, weight: float) -> FloatArray:
-    """The fusion formula on two models' P(spoof), in numpy (the graph's reference)."""
-    a = np.clip(p_a.astype(np.float64), EPS, 1 - EPS)
-    b = np.clip(p_b.astype(np.float64), EPS, 1 - EPS)
-    z = weight * np.log(a / (1 - a)) + (1 - weight) * np.log(b / (1 - b))
-    out: FloatArray = (1 / (1 + np.exp(-z))).astype(np.float32)
-    return out
 
 
 def fuse_graphs(a: bytes, b: bytes, weight: float) -> bytes:
@@ -199,7 +192,7 @@ def build_fused(
         out: FloatArray = s.run([OUTPUT_NAME], {INPUT_NAME: check})[0].reshape(-1)
         return out
 
-    want = fused_scores(run(sa), run(sb), weight)
+    want = fusion_study.fuse(run(sa), run(sb), "logit", weight)  # the study's rule
     diff = float(np.max(np.abs(run(session) - want)))
     if not diff <= TOLERANCE:
         raise BuildError(f"fused graph differs from the formula by {diff:.3g} > {TOLERANCE}")
@@ -288,12 +281,7 @@ def run_cli(
         return 1
     print(f"installed {installed.manifest.key} -> {installed.model_path}")
     print(f"  fused graph vs formula max |Δ P(spoof)| {report['max_abs_diff']:.1e}")
-    for cond, r in report["dev"].items():
-        print(
-            f"  dev {cond:<11} EER {r['eer']}  threshold {r['threshold']:.4f}  "
-            f"FA {r['false_alarm']}  miss {r['miss']}"
-        )
-    print(f"  thresholds {report['thresholds']}")
+    print_dev(report)
     testset = work / f"testset-s{seed}{'-quick' if quick else ''}"
     print(
         f"  measure it: callshield eval {testset} --models-dir {out_dir} "

@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from detectors.eval.fusion_study import fuse
 from detectors.model_store import ModelStore
 from detectors.synthetic.build import INPUT_NAME, OUTPUT_NAME, BuildError, build
 from detectors.synthetic.fuse import (
@@ -22,7 +23,6 @@ from detectors.synthetic.fuse import (
     check_pair,
     check_split,
     fuse_graphs,
-    fused_scores,
 )
 from sip_bridge.cli import main
 
@@ -65,7 +65,7 @@ def test_fused_graph_is_the_weighted_logit_mean_of_its_two_models(weight: float)
         pa, pb = _run(a, x), _run(b, x)
         got = _run(fused, x)
         assert got.shape == (batch,)
-        np.testing.assert_allclose(got, fused_scores(pa, pb, weight), atol=1e-6)
+        np.testing.assert_allclose(got, fuse(pa, pb, "logit", weight), atol=1e-6)
         za, zb = np.log(pa / (1 - pa)), np.log(pb / (1 - pb))
         want = 1 / (1 + np.exp(-(weight * za + (1 - weight) * zb)))
         np.testing.assert_allclose(got, want, atol=1e-5)
