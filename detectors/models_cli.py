@@ -125,6 +125,13 @@ def add_parser(sub: Any, name: str) -> None:
         "so compressed genuine audio is not read as synthetic (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
+        "--rawboost",
+        action="store_true",
+        help="pass half of the training windows of both classes through random notch "
+        "filters, a nonlinearity and impulsive noise first (RawBoost-style), so the model "
+        "leans less on the training generators' spectra (docs/models/synthetic_voice.md)",
+    )
+    p.add_argument(
         "--with-family",
         action="append",
         default=None,
@@ -280,6 +287,7 @@ def run(args: argparse.Namespace) -> int:
             families,
             args.arch,
             codec_aug=args.codec_aug,
+            rawboost=args.rawboost,
             windows=args.windows,
             epochs=args.epochs,
         )

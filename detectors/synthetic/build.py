@@ -368,6 +368,7 @@ def build(
     with_families: tuple[str, ...] = (),
     arch: str = "cnn",
     codec_aug: bool = False,
+    rawboost: bool = False,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     if arch not in NAMES:
@@ -389,10 +390,13 @@ def build(
     cfg = replace(cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch]), arch=arch)
     if codec_aug:  # the perceptual-codec step in the training channel (--codec-aug)
         cfg = TrainConfig(**{**asdict(cfg), "codec_aug": True})
+    if rawboost:  # the RawBoost-style step in the training channel (--rawboost)
+        cfg = TrainConfig(**{**asdict(cfg), "rawboost": True})
     t0 = time.monotonic()
     windows, labels = train.draw_windows(
-        parts["train"], audio["train"], cfg.windows, seed, codec_aug=cfg.codec_aug
-    )
+        parts["train"], audio["train"], cfg.windows, seed,
+        codec_aug=cfg.codec_aug, rawboost=cfg.rawboost,
+    )  # fmt: skip
     say(f"{len(windows)} training windows drawn in {time.monotonic() - t0:.0f} s")
     import torch
 
@@ -410,7 +414,7 @@ def build(
         if final is None:
             w2, l2 = train.draw_windows(
                 parts["train"], audio["train"], cfg.stage2_windows, seed + STAGE2_SEED,
-                wide=cfg.stage2_wide, codec_aug=cfg.codec_aug,
+                wide=cfg.stage2_wide, codec_aug=cfg.codec_aug, rawboost=cfg.rawboost,
             )  # fmt: skip
             say(f"stage 2: {len(w2)} fresh windows (wide channel: {cfg.stage2_wide})")
             final, more = train.train(w2, l2, cfg, seed, say, init=model.state_dict())
@@ -446,6 +450,7 @@ def build(
         f"{sum(c.label == 0 for c in parts['train'])} files; spoof systems {', '.join(families)}; "
         f"{cfg.windows} telephone-channel windows"
         + (" (35 % first through MP3 / AAC / Opus)" if cfg.codec_aug else "")
+        + (" (50 % first through RawBoost-style distortion)" if cfg.rawboost else "")
         + f", {cfg.epochs} epochs, then "
         f"{cfg.stage2_windows} {'wide' if cfg.stage2_wide else 'telephone'}-channel windows, "
         f"{cfg.stage2_epochs} epochs; "
@@ -530,6 +535,7 @@ def run_cli(
     with_families: tuple[str, ...] = (),
     arch: str = "cnn",
     codec_aug: bool = False,
+    rawboost: bool = False,
     windows: int | None = None,
     epochs: int | None = None,
 ) -> int:
@@ -556,6 +562,7 @@ def run_cli(
             with_families=with_families,
             arch=arch,
             codec_aug=codec_aug,
+            rawboost=rawboost,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

@@ -14,7 +14,9 @@ Opus 8-16 kbit/s via libopus), on both classes alike, so that a codec's artefact
 not taken for a vocoder's. ``codec_aug=True`` (``train-synthetic --codec-aug``) first puts
 CODEC_AUG of the windows through a perceptual codec (MP3, AAC or Opus, ``lossy``) before
 the telephone steps, on both classes alike, so that compressed genuine recordings are not
-taken for synthetic ones. ``condition`` applies one named condition deterministically
+taken for synthetic ones. ``rawboost=True`` (``train-synthetic --rawboost``) first puts
+RAWBOOST of the windows through random notch filters, a nonlinearity and impulsive noise
+(``rawboost``), on both classes alike. ``condition`` applies one named condition deterministically
 (dev scoring).
 """
 
@@ -97,6 +99,7 @@ def _noise(n: int, rng: np.random.Generator) -> FloatArray:
 WIDE_REVERB = 0.1  # share of windows reverberated (wide channel only)
 WIDE_UPSTREAM = 0.35  # share through an upstream GSM / Opus leg (wide channel only)
 CODEC_AUG = 0.35  # share through a perceptual codec first (codec_aug only)
+RAWBOOST = 0.5  # share through the RawBoost-style distortion first (rawboost only)
 
 
 def _upstream(y: FloatArray, rng: np.random.Generator) -> FloatArray:
@@ -108,10 +111,18 @@ def _upstream(y: FloatArray, rng: np.random.Generator) -> FloatArray:
 
 
 def augment(
-    x8: FloatArray, rng: np.random.Generator, wide: bool = False, codec_aug: bool = False
+    x8: FloatArray,
+    rng: np.random.Generator,
+    wide: bool = False,
+    codec_aug: bool = False,
+    rawboost: bool = False,
 ) -> FloatArray:
     """One random telephone channel on an 8 kHz window (see the module docstring)."""
     y = x8.astype(np.float32, copy=True)
+    if rawboost and rng.random() < RAWBOOST:  # no draw when off: old windows unchanged
+        from detectors.synthetic import rawboost as rb
+
+        y = rb.boost(y, rng)
     if wide and rng.random() < WIDE_REVERB:
         from detectors.eval import channels
 

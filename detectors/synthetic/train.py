@@ -40,6 +40,7 @@ UNIT = RATE // 400  # 2.5 ms
 # artefacts modern generators share; formant/diphone TTS is learnt from little data.
 WIDE_CHANNEL_VERSION = 1  # bump when channel.augment(wide=True) changes (stage-2 cache key)
 CODEC_AUG_VERSION = 1  # bump when the codec step (channel.augment codec_aug, lossy) changes
+RAWBOOST_VERSION = 1  # bump when the RawBoost step (channel.augment rawboost) changes
 FAMILY_WEIGHT = {"world": 2.0, "griffinlim": 2.0, "piper": 2.0, "kokoro": 2.0}
 
 
@@ -51,6 +52,7 @@ class TrainConfig:
     lr: float = 3e-3
     weight_decay: float = 1e-3
     codec_aug: bool = False  # channel.augment's perceptual-codec step (--codec-aug)
+    rawboost: bool = False  # channel.augment's RawBoost-style step (--rawboost)
     # Stage 2 is off: continuing 8,000 fresh windows x 2 epochs (either channel) fits the
     # trained families better and the unseen ones worse (dev 9.5 -> 12-16 %, Gemini EER on
     # test 20 -> 37 %; docs/models/synthetic_voice.md). Kept to reproduce that measurement.
@@ -87,8 +89,8 @@ def _init(audio: list[FloatArray]) -> None:
     _AUDIO = audio
 
 
-def _window(task: tuple[int, int, bool, bool]) -> npt.NDArray[np.int16]:
-    idx, seed, wide, codec_aug = task
+def _window(task: tuple[int, int, bool, bool, bool]) -> npt.NDArray[np.int16]:
+    idx, seed, wide, codec_aug, rawboost = task
     rng = np.random.default_rng(seed)
     x = _AUDIO[idx]
     out = np.zeros(WINDOW, np.float32)
@@ -98,7 +100,7 @@ def _window(task: tuple[int, int, bool, bool]) -> npt.NDArray[np.int16]:
     else:
         start = int(rng.integers(WINDOW - len(x) + 1))
         out[start : start + len(x)] = x
-    y = augment(out, rng, wide, codec_aug)
+    y = augment(out, rng, wide, codec_aug, rawboost)
     return np.clip(np.round(y * 32768.0), -32768, 32767).astype(np.int16)
 
 
@@ -127,16 +129,17 @@ def draw_windows(
     workers: int | None = None,
     wide: bool = False,
     codec_aug: bool = False,
+    rawboost: bool = False,
 ) -> tuple[npt.NDArray[np.int16], FloatArray]:
     """``n`` augmented training windows (int16) and their labels (1 = spoof); ``wide``:
-    through the wide channel, ``codec_aug``: with the perceptual-codec step
-    (``channel.augment``)."""
+    through the wide channel, ``codec_aug``: with the perceptual-codec step, ``rawboost``:
+    with the RawBoost-style step (``channel.augment``)."""
     rng = np.random.default_rng(seed)
     wb, ws = sampling_weights(train)
     labels = (np.arange(n) % 2).astype(np.float32)
     picks = np.where(labels == 1, rng.choice(len(train), n, p=ws), rng.choice(len(train), n, p=wb))
     seeds = rng.integers(1 << 31, size=n)
-    tasks = [(int(i), int(s), wide, codec_aug) for i, s in zip(picks, seeds, strict=True)]
+    tasks = [(int(i), int(s), wide, codec_aug, rawboost) for i, s in zip(picks, seeds, strict=True)]
     workers = workers or max(1, os.cpu_count() or 1)
     if workers == 1 or n < 64:
         _init(list(audio))
@@ -207,6 +210,8 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
         fields += (tuple(sorted(set(systems))), tuple(sorted(FAMILY_WEIGHT.items())))
     if cfg.codec_aug:  # keys without it stay as they were (cached state dicts)
         fields += ("codec_aug", CODEC_AUG_VERSION)
+    if cfg.rawboost:
+        fields += ("rawboost", RAWBOOST_VERSION)
     if stage == 2:
         fields += (cfg.stage2_windows, cfg.stage2_epochs, cfg.stage2_lr)
         fields += (WIDE_CHANNEL_VERSION,) if cfg.stage2_wide else ("narrow",)
