@@ -13,8 +13,8 @@ formulation for 8 kHz telephone windows, applied before the telephone channel
 1. convolutive, linear and nonlinear: ``y = sum_j g_j * (h_j * x) ** j`` for
    ``j = 1..order`` (order 1-3), each ``h_j`` a cascade of 1-5 random FIR notches
    (centre 20-3,900 Hz, width 50-500 Hz, off DC and Nyquist, 11-101 taps, peak gain 1),
-   ``g_1 = 1`` and each higher order
-   NONLIN_DB below the previous, scaled back to the input's peak;
+   ``g_1 = 1`` and each higher order NONLIN_DB below the previous, scaled back to the
+   input's peak;
 2. impulsive, signal-dependent: up to IMPULSE_SHARE of the samples take ``x * (1 + g u)``
    with ``u`` uniform in [-1, 1] and ``g`` up to IMPULSE_GAIN.
 
