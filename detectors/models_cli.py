@@ -128,8 +128,9 @@ def add_parser(sub: Any, name: str) -> None:
         "--rawboost",
         action="store_true",
         help="pass half of the training windows of both classes through random notch "
-        "filters, a nonlinearity and impulsive noise first (RawBoost-style), so the model "
-        "leans less on the training generators' spectra (docs/models/synthetic_voice.md)",
+        "filters, a nonlinearity and impulsive noise first (RawBoost-style); measured at two "
+        "seeds: a little better on never-trained generators, worse overall "
+        "(docs/models/synthetic_voice.md)",
     )
     p.add_argument(
         "--with-family",
