@@ -450,7 +450,11 @@ def build(
         f"{sum(c.label == 0 for c in parts['train'])} files; spoof systems {', '.join(families)}; "
         f"{cfg.windows} telephone-channel windows"
         + (" (35 % first through MP3 / AAC / Opus)" if cfg.codec_aug else "")
-        + (" (50 % first through RawBoost-style distortion)" if cfg.rawboost else "")
+        + (
+            f" ({channel.RAWBOOST * 100:.0f} % first through RawBoost-style distortion)"
+            if cfg.rawboost
+            else ""
+        )
         + f", {cfg.epochs} epochs, then "
         f"{cfg.stage2_windows} {'wide' if cfg.stage2_wide else 'telephone'}-channel windows, "
         f"{cfg.stage2_epochs} epochs; "

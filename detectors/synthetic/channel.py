@@ -16,8 +16,8 @@ CODEC_AUG of the windows through a perceptual codec (MP3, AAC or Opus, ``lossy``
 the telephone steps, on both classes alike, so that compressed genuine recordings are not
 taken for synthetic ones. ``rawboost=True`` (``train-synthetic --rawboost``) first puts
 RAWBOOST of the windows through random notch filters, a nonlinearity and impulsive noise
-(``rawboost``), on both classes alike. ``condition`` applies one named condition deterministically
-(dev scoring).
+(``rawboost``), on both classes alike. ``condition`` applies one named condition
+deterministically (dev scoring).
 """
 
 from __future__ import annotations

@@ -119,3 +119,34 @@ def test_the_flag_is_in_the_cache_key_and_old_keys_are_unchanged() -> None:
     both = train.stage_key(replace(cfg, rawboost=True, codec_aug=True), 1, systems)
     assert len({plain, on, both, train.stage_key(replace(cfg, codec_aug=True), 1, systems)}) == 4
     assert on == train.stage_key(replace(cfg, rawboost=True), 1, list(reversed(systems)))
+
+
+class _DrawnError(Exception):
+    """Raised by the stand-in window draw: the build stops there."""
+
+
+def test_the_cli_flag_reaches_the_window_draw(
+    monkeypatch: pytest.MonkeyPatch, shared_dir: Path, synthetic_quick_work: Path
+) -> None:
+    """``train-synthetic --rawboost`` (the quick CNN recipe, whose spoofs the other quick
+    builds share) asks for RawBoost windows, and without the flag it does not. The build
+    is stopped at the draw: training is the quick builds' tests' business."""
+    from sip_bridge.cli import main
+
+    asked: list[dict[str, object]] = []
+
+    def draw(*args: object, **kwargs: object) -> None:
+        asked.append(kwargs)
+        raise _DrawnError
+
+    monkeypatch.setattr(train, "draw_windows", draw)
+    base = [
+        "models", "train-synthetic", "--quick", "--arch", "cnn", "--with-family", "none",
+        "--work", str(synthetic_quick_work), "--out", str(synthetic_quick_work / "unused"),
+        "--speech-dir", str(shared_dir / "data/speech"),
+    ]  # fmt: skip
+    for argv in ([*base, "--rawboost"], base):
+        with pytest.raises(_DrawnError):
+            main(argv)
+    assert [a.get("rawboost") for a in asked] == [True, False]
+    assert [a.get("codec_aug") for a in asked] == [False, False]
