@@ -388,10 +388,8 @@ def build(
     say("clips: " + ", ".join(f"{p} {len(v)}" for p, v in parts.items()))
     audio = {p: dataset.load_8k(parts[p]) for p in ("train", "dev")}
     cfg = replace(cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch]), arch=arch)
-    if codec_aug:  # the perceptual-codec step in the training channel (--codec-aug)
-        cfg = TrainConfig(**{**asdict(cfg), "codec_aug": True})
-    if rawboost:  # the RawBoost-style step in the training channel (--rawboost)
-        cfg = TrainConfig(**{**asdict(cfg), "rawboost": True})
+    # the optional steps of the training channel (--codec-aug, --rawboost)
+    cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
     t0 = time.monotonic()
     windows, labels = train.draw_windows(
         parts["train"], audio["train"], cfg.windows, seed,

@@ -63,12 +63,13 @@ def convolutive(x: FloatArray, rng: np.random.Generator) -> FloatArray:
     peak = float(np.max(np.abs(x)))
     if peak == 0.0:
         return x.astype(np.float32, copy=True)
+    unit = x.astype(np.float64) / peak
     out = np.zeros(len(x), np.float64)
     gain = 1.0
     for power in range(1, int(rng.integers(ORDER[0], ORDER[1] + 1)) + 1):
         if power > 1:
             gain *= 10 ** (-rng.uniform(*NONLIN_DB) / 20)
-        y = oaconvolve(x.astype(np.float64) / peak, notch_filter(rng), mode="same")
+        y = oaconvolve(unit, notch_filter(rng), mode="same")
         out += gain * y**power
     top = float(np.max(np.abs(out))) or 1.0
     result: FloatArray = (out * (peak / top)).astype(np.float32)

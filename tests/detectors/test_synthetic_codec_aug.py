@@ -77,17 +77,27 @@ def test_lossy_is_deterministic_per_seed_and_draws_every_codec(speech: np.ndarra
     assert kinds == {"mp3", "aac", "opus"}
 
 
-def test_augment_off_draws_nothing_more_and_on_is_seeded(speech: np.ndarray) -> None:
+@pytest.mark.parametrize(
+    ("flag", "share"), [("codec_aug", channel.CODEC_AUG), ("rawboost", channel.RAWBOOST)]
+)
+def test_augment_off_draws_nothing_more_and_on_is_seeded(
+    speech: np.ndarray, flag: str, share: float
+) -> None:
+    """Each optional step of ``channel.augment`` (this module's codec step and the
+    RawBoost-style one, ``test_synthetic_rawboost``): off, the windows are the old ones."""
     x = speech
-    for s in range(6):
+    differs = 0
+    for s in range(8):
         off = channel.augment(x, np.random.default_rng(s))
-        assert np.array_equal(off, channel.augment(x, np.random.default_rng(s), codec_aug=False))
-        on = channel.augment(x, np.random.default_rng(s), codec_aug=True)
-        assert np.array_equal(on, channel.augment(x, np.random.default_rng(s), codec_aug=True))
+        assert np.array_equal(off, channel.augment(x, np.random.default_rng(s), **{flag: False}))
+        on = channel.augment(x, np.random.default_rng(s), **{flag: True})
+        assert np.array_equal(on, channel.augment(x, np.random.default_rng(s), **{flag: True}))
         assert on.shape == x.shape and np.all(np.abs(on) <= 1.0)
-    # about CODEC_AUG of the windows take the codec step (the first draw decides it)
-    took = np.mean([np.random.default_rng(s).random() < channel.CODEC_AUG for s in range(2000)])
-    assert abs(took - channel.CODEC_AUG) < 0.04
+        differs += not np.array_equal(on, off)
+    assert differs >= 2
+    # about ``share`` of the windows take the step (the first draw decides it)
+    took = np.mean([np.random.default_rng(s).random() < share for s in range(2000)])
+    assert abs(took - share) < 0.04
 
 
 def test_both_classes_take_the_same_path(speech: np.ndarray, shared_dir: Path) -> None:
