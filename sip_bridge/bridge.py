@@ -31,7 +31,7 @@ from sip_bridge.api_app import build_api
 from sip_bridge.api_server import ApiServer
 from sip_bridge.bridge_metrics import IngestCollector, SipCollector, TenantCollector
 from sip_bridge.call_state import call_state_collector
-from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher
+from sip_bridge.calls import CallController, CallPublisher, MemoryPublisher, call_now
 from sip_bridge.leg_roles import leg_role_collector
 from sip_bridge.media import FrameSink, MediaEngine
 from sip_bridge.media_setup import bridge_ingest, bridge_media, receive_thread_note
@@ -153,6 +153,7 @@ class Bridge:
         return out
 
     async def serve(self) -> None:
+        self.controller.defer = asyncio.get_running_loop().call_soon_threadsafe
         self.ingest.start()
         log.log(*receive_thread_note(self.settings, self.ingest))
         self.media.start()
@@ -185,6 +186,7 @@ class Bridge:
         if self.audiosocket is not None:
             await self.audiosocket.close()
         await self.server.close()
+        self.controller.defer = call_now  # media.stop() ends still-draining calls on this thread
         self.media.stop()
         self.ingest.close()
         if self.wiring is not None:
@@ -208,6 +210,9 @@ class Bridge:
             grace = time.monotonic() + 2.0  # let BYE retransmissions get answered
             while len(self.uas.clients) and time.monotonic() < grace:
                 await asyncio.sleep(0.05)
+        grace = time.monotonic() + 1.0  # ended calls' buffered audio (media.drain_legs)
+        while self.controller.ending and time.monotonic() < grace:
+            await asyncio.sleep(0.02)
 
 
 def add_parser(sub: Any, name: str) -> None:

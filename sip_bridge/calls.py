@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol
@@ -93,6 +93,11 @@ class MediaBackend(Protocol):
     def set_paused(self, leg_id: str, paused: bool) -> None: ...
 
     def close_leg(self, leg_id: str) -> None: ...
+
+    def drain_legs(self, leg_ids: Sequence[str], then: Callable[[], None]) -> bool:
+        """Close the legs after their buffered audio has played out. True: closed now,
+        ``then`` not called; False: ``then`` is called, from another thread, once closed."""
+        ...
 
     def idle_ns(self, leg_id: str, now_ns: int) -> int: ...
 
@@ -244,7 +249,11 @@ class CallController:
         self.call_states = call_states or CallStates()
         self.leg_roles = leg_roles or LegRoleStats()
         self.calls: dict[str, Call] = {}
+        self.ending: dict[str, Call] = {}  # ended, their legs' buffered audio playing out
         self.draining = False
+        # runs a callable on the thread that owns this controller; the bridge sets its
+        # loop's call_soon_threadsafe (the media's playout thread ends drained calls)
+        self.defer: Callable[[Callable[[], None]], object] = call_now
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -430,13 +439,25 @@ class CallController:
         return judge(hint, early_now=early, starting=call is None)
 
     def end_call(self, call_id: str, reason: str) -> None:
+        """The call is over: it leaves ``calls`` now; its "ended" event follows once the
+        audio its legs' jitter buffers hold has been played out to the analysis (at most
+        the buffer's ceiling, typically 40-100 ms; at once when nothing is buffered)."""
         call = self.calls.pop(call_id, None)
         if call is None:
             return
-        for leg_id in list(call.legs):
-            self.media.close_leg(leg_id)
+        call.state = "ending"
+        self.ending[call_id] = call
+
+        def played_out() -> None:
+            self.defer(lambda: self._ended(call, reason))
+
+        if self.media.drain_legs(list(call.legs), played_out):
+            self._ended(call, reason)
+
+    def _ended(self, call: Call, reason: str) -> None:
+        self.ending.pop(call.call_id, None)
         call.state, call.end_reason = "ended", reason
-        log.info("call %s ended (%s)", call_id, reason)
+        log.info("call %s ended (%s)", call.call_id, reason)
         self._emit(call, "ended", reason)
 
     def timed_out(self, now_ns: int, timeout_ns: int) -> list[str]:
@@ -621,6 +642,11 @@ class CallController:
             self.publisher.publish(ev, snapshot)
         except Exception:
             log.exception("publishing a call event failed")
+
+
+def call_now(fn: Callable[[], None]) -> None:
+    """CallController.defer when everything runs on one thread."""
+    fn()
 
 
 def external_ids(call: Call) -> dict[str, str]:

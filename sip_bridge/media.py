@@ -34,11 +34,12 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from native.ingest import Ingest, IngestError, PayloadType, PulledFrames, dual_stack, udp_socket
+from native.jitter import FrameFlag
 from native.srtp import SrtpKey
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,15 @@ class _Leg:
     ssrc: int = 0
 
 
+@dataclass(slots=True)
+class _Drain:
+    """Legs of an ended call whose buffered audio still plays out (drain_legs)."""
+
+    legs: set[str]
+    deadline_ns: int  # the playout tick at or after which they close regardless
+    then: Callable[[], None]
+
+
 class MediaEngine:
     """Legs on native ingest streams, and the playout thread feeding a sink."""
 
@@ -189,6 +199,8 @@ class MediaEngine:
         self.shared_fallbacks = 0  # legs that wanted the shared port and got their own
         self.shared_rekey_refused = 0  # re-INVITEs whose new key another leg held
         self.stream_recreations = 0  # new payload-type tables a stream could not take
+        self.drained_legs = 0  # legs closed after playing out their buffered audio
+        self._drains: list[_Drain] = []
         self._shared_sock: socket.socket | None = None
         self._shared_id: int | None = None
         if shared_port:
@@ -526,6 +538,41 @@ class MediaEngine:
             leg.sock.close()
             self._ports.give_back(leg.port, time.monotonic())
 
+    def drain_legs(self, leg_ids: Sequence[str], then: Callable[[], None]) -> bool:
+        """Close the legs of an ended call once the audio their jitter buffers hold has
+        been played out to the sink: a hang-up must not cost the analysis (and the
+        evidence) the call's last target delay of audio.
+
+        True: nothing to play out (every leg's buffer is empty and nothing arrived since
+        the last pull, or the playout clock is not running): the legs are closed now and
+        ``then`` is not called. Otherwise the
+        playout thread closes each leg after the tick that emits the last audio it held
+        when this was called (by its buffer level then, at most ``max_delay_ms``), and
+        calls ``then`` from that thread when all are closed. A pushed leg takes no push
+        from now on; a socket leg still receives until it closes, but audio that arrives
+        after this call is not waited for."""
+        now = time.monotonic_ns()
+        with self._lock:
+            level_ms = 0
+            for leg_id in leg_ids:
+                leg = self._legs.get(leg_id)
+                if leg is None:
+                    continue
+                if leg.pushed is not None:
+                    leg.pushed.closed = True
+                stats = self._ingest.stream_stats(leg.stream_id)
+                level_ms = max(level_ms, int(stats["buffer_level_ms"]))
+                arrival = int(self._ingest.stream_counters(leg.stream_id)["last_arrival_ns"])
+                if arrival and now - arrival < 2 * FRAME_NS:  # since the last pull's level
+                    level_ms = max(level_ms, int(stats["target_delay_ms"]), 1)
+            if level_ms and self.playout_alive():
+                deadline = now + (min(level_ms, self._max_delay_ms) * 1_000_000) + 2 * FRAME_NS
+                self._drains.append(_Drain(set(leg_ids) & set(self._legs), deadline, then))
+                return False
+        for leg_id in leg_ids:
+            self.close_leg(leg_id)
+        return True
+
     def idle_ns(self, leg_id: str, now_ns: int) -> int:
         """How long the leg has received nothing (since it opened, if never)."""
         with self._lock:
@@ -562,6 +609,7 @@ class MediaEngine:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._finish_drains(None)
         for leg_id in list(self._legs):
             self.close_leg(leg_id)
         if self._shared_sock is not None:
@@ -593,8 +641,48 @@ class MediaEngine:
                         self._sink.on_frames(due, legs, frames)
                     except Exception:
                         log.exception("frame sink failed; frames of this tick dropped")
+                drained = self._played_out(due, legs, frames) if self._drains else None
+            if drained:
+                self._finish_drains(drained)
             self.ticks += 1
             due += FRAME_NS
+
+    def _played_out(self, due: int, legs: Sequence[str], frames: PulledFrames) -> set[str]:
+        """Draining legs (lock held) whose last buffered audio this tick emitted."""
+        done: set[str] = set()
+        flags, levels = frames.infos["flag"], frames.infos["buffer_level_ms"]
+        for drain in self._drains:
+            for leg_id in drain.legs:
+                if due >= drain.deadline_ns or leg_id not in legs:
+                    done.add(leg_id)
+                    continue
+                row = legs.index(leg_id)
+                started = int(flags[row]) != FrameFlag.NOT_STARTED
+                if started and int(levels[row]) * 1_000_000 <= FRAME_NS:
+                    done.add(leg_id)
+        return done
+
+    def _finish_drains(self, done: set[str] | None) -> None:
+        """Close drained legs (None: every draining leg, at stop) and call a drain's
+        ``then`` once all its legs are closed."""
+        finished: list[Callable[[], None]] = []
+        closing: set[str] = set()
+        with self._lock:
+            for drain in list(self._drains):
+                ended = set(drain.legs) if done is None else drain.legs & done
+                closing |= ended
+                drain.legs -= ended
+                if not drain.legs:
+                    self._drains.remove(drain)
+                    finished.append(drain.then)
+        for leg_id in closing:
+            self.close_leg(leg_id)
+        self.drained_legs += len(closing)
+        for then in finished:
+            try:
+                then()
+            except Exception:
+                log.exception("an ended call's follow-up failed")
 
 
 def families(host: str) -> str:

@@ -157,6 +157,7 @@ def test_jambonz_listen_stereo_two_legs_bit_exact(shared_dir: Path) -> None:
         assert stats["bad"] == {"unknown_event": 1, "bad_json": 1}
         assert stats["dtmf_events"] == 1 and stats["calls_started"] == 1
         assert stats["calls_ended"] == {"disconnected": 1}
+        assert wait_for(lambda: not bridge.calls())  # the ended call's tail played out
         assert [e.event for e in bridge.publisher.of(call.call_id)] == ["started", "ended"]
     finally:
         bridge.stop()

@@ -204,6 +204,7 @@ def test_dtmf_reaches_the_jitter_buffer_as_an_event_not_as_a_digit(shared_dir: P
         nope = api.patch("/v1/audiosocket/calls/call_nope", json={"paused": True})
         assert nope.status_code == 404
         assert api.delete(url).status_code == 204
+        assert wait_for(lambda: not bridge.calls())  # the ended call's tail played out
         events = [(e.event, e.reason) for e in bridge.publisher.of(view["call_id"])]
         assert events == [("started", ""), ("held", "api"), ("ended", "api")]
     finally:

@@ -21,7 +21,7 @@ from detectors.alert_schema import LegRole
 from sip_bridge.adapters.whip import WhipApi
 from sip_bridge.bench.whip_client import FRAME, WhipError, publish
 from tests.adapters.tenant_checks import TENANTS, rejected, tenant_of
-from tests.sip.bridge_runner import RunningBridge, load_speech
+from tests.sip.bridge_runner import RunningBridge, load_speech, wait_for
 
 TOKEN = "whip-secret-1"
 ORIGIN = "http://console.example"
@@ -128,6 +128,7 @@ def test_publish_delivers_the_speech_and_delete_ends_the_call(
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.4)  # the jitter buffer's delay
             assert await pub.delete(client) == 200
+            assert await asyncio.to_thread(wait_for, lambda: not bridge.calls())
             assert _events(bridge, call_id) == [("started", ""), ("ended", "whip_delete")]
             r = await client.delete(pub.resource, headers=AUTH)
             assert r.status_code == 404

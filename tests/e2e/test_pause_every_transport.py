@@ -320,6 +320,7 @@ def test_control_api_patch_paused_drops_audio_and_dtmf(shared_dir: Path) -> None
         assert jb["packets_dtmf"] == OUTSIDE * (EVENT_PACKETS + 3)
         assert jb["packets_paused"] >= 50
         assert api.delete(url).status_code == 204
+        assert wait_for(lambda: bridge.calls() == {})
         assert _events(bridge, view["call_id"]) == [
             ("started", ""),
             ("held", ""),

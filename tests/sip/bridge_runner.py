@@ -74,7 +74,10 @@ class RunningBridge:
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout=5)
 
     def calls(self) -> dict[str, Call]:
-        return self.on_loop(lambda: dict(self.bridge.controller.calls))
+        """Calls not yet ended: live, or ended and still playing out the audio their
+        jitter buffers held (their "ended" event follows that, CallController.end_call)."""
+        controller = self.bridge.controller
+        return self.on_loop(lambda: {**controller.ending, **controller.calls})
 
     def events(self) -> list[tuple[str, str]]:
         return [(e.event, e.reason) for e, _ in self.publisher.events]

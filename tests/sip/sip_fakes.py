@@ -3,7 +3,7 @@ requests the way captured traffic looks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -81,6 +81,11 @@ class FakeMedia:
     def close_leg(self, leg_id: str) -> None:
         self.legs.pop(leg_id, None)
         self.log.append(("close", leg_id))
+
+    def drain_legs(self, leg_ids: Sequence[str], then: Callable[[], None]) -> bool:
+        for leg_id in leg_ids:  # nothing is ever buffered here
+            self.close_leg(leg_id)
+        return True
 
     def idle_ns(self, leg_id: str, now_ns: int) -> int:
         return self.idle.get(leg_id, 0)
