@@ -4,6 +4,7 @@ RFC 3261 timers, SIPREC, draining, RTP timeout."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 
 from sip_fakes import PEER, harness, in_dialog, invite, responses
 from sip_test_data import SIPREC_CONTENT_TYPE, siprec_body
@@ -47,6 +48,35 @@ def test_invite_ack_bye() -> None:
     assert h.media.legs == {} and h.uas.dialogs == {}
     (again,) = h.send(in_dialog("BYE", tag, cseq=3, branch="z9hG4bKbye2"), now=1.1)
     assert again.status == 481
+
+
+def test_ended_follows_the_legs_playout_and_runs_on_the_controllers_thread() -> None:
+    """A hang-up while audio is still buffered: the BYE is answered and the call leaves
+    ``calls`` at once, but "ended" (which carries the coverage) waits until the media
+    says the legs have played out, and is published through ``defer`` (the loop)."""
+    h = harness()
+    drains: list[tuple[list[str], Callable[[], None]]] = []
+
+    def drain_later(leg_ids: Sequence[str], then: Callable[[], None]) -> bool:
+        drains.append((list(leg_ids), then))
+        return False
+
+    deferred: list[Callable[[], None]] = []
+    h.media.drain_legs = drain_later  # type: ignore[method-assign]
+    h.controller.defer = deferred.append
+    tag, _ = _establish(h)
+    (call,) = h.controller.calls.values()
+    (bye_ok,) = h.send(in_dialog("BYE", tag, cseq=2, branch="z9hG4bKbye"), now=1.0)
+    assert bye_ok.status == 200 and h.controller.calls == {}
+    assert h.controller.ending == {call.call_id: call} and call.state == "ending"
+    assert h.events() == [("started", "")]
+    ((legs, played_out),) = drains
+    assert legs == list(call.legs)
+    played_out()  # the playout thread
+    assert h.events() == [("started", "")] and len(deferred) == 1
+    deferred[0]()  # the loop
+    assert h.events() == [("started", ""), ("ended", "bye")]
+    assert h.controller.ending == {} and (call.state, call.end_reason) == ("ended", "bye")
 
 
 def test_invite_retransmission_is_absorbed_and_2xx_retransmitted_until_ack() -> None:
