@@ -147,13 +147,17 @@ def test_cli_arguments_reach_the_benchmark() -> None:
     assert (jitter.__doc__ or "").splitlines()[0]
 
 
-def test_every_single_sample_is_positive() -> None:
+def test_every_single_operation_is_timed() -> None:
+    """One cost per insert and per pull, none negative, and (nearly) all measured: the
+    timer is the TSC, whose steps on this VM are 10 ns, so a cheap pull now and then
+    reads 0 (seen once under xdist); an untimed replay reads 0 everywhere."""
     trace = build_trace(TraceConfig(seconds=2, synthetic=True, seed=5, loss=0.05))
     config = JitterConfig(dtmf_key=1)
     for run in (jitter.replay_native_python(trace, config), jitter.replay_native_c(trace, config)):
         assert len(run.insert_ns) == len(trace.datagrams)
         assert len(run.pull_ns) == len(run.flags) == len(trace.pull_ns)
-        assert run.insert_ns.min() > 0 and run.pull_ns.min() > 0
+        assert run.insert_ns.min() >= 0 and run.pull_ns.min() >= 0
+        assert (run.insert_ns > 0).mean() > 0.99 and (run.pull_ns > 0).mean() > 0.99
 
 
 def test_untimed_c_replay_plays_the_same_frames() -> None:
