@@ -135,8 +135,12 @@ class Bridge:
 
     def ingest_counters(self) -> dict[str, Any]:
         """The receiver's counters (``unmatched``: datagrams on the shared RTP port from
-        no leg's source) and the shared-port mode's own."""
-        return {**self.ingest.counters(), **self.media.counters()}
+        no leg's source), the shared-port mode's own, and the playout clock's: ticks
+        pulled over a frame late (caught up, never skipped) and ended calls' legs closed
+        after their buffered audio played out."""
+        media = self.media
+        playout = {"playout_late_ticks": media.late_ticks, "drained_legs": media.drained_legs}
+        return {**self.ingest.counters(), **media.counters(), **playout}
 
     def adapter_stats(self) -> list[tuple[str, dict[str, Any]]]:
         """(adapter, counters) of every ingress adapter this bridge runs."""

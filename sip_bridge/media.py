@@ -545,12 +545,11 @@ class MediaEngine:
 
         True: nothing to play out (every leg's buffer is empty and nothing arrived since
         the last pull, or the playout clock is not running): the legs are closed now and
-        ``then`` is not called. Otherwise the
-        playout thread closes each leg after the tick that emits the last audio it held
-        when this was called (by its buffer level then, at most ``max_delay_ms``), and
-        calls ``then`` from that thread when all are closed. A pushed leg takes no push
-        from now on; a socket leg still receives until it closes, but audio that arrives
-        after this call is not waited for."""
+        ``then`` is not called. Otherwise the playout thread closes each leg after the
+        tick that emits the last audio it held when this was called (by its buffer level
+        then, at most ``max_delay_ms``), and calls ``then`` from that thread when all are
+        closed. A pushed leg takes no push from now on; a socket leg still receives until
+        it closes, but audio that arrives after this call is not waited for."""
         now = time.monotonic_ns()
         with self._lock:
             level_ms = 0

@@ -277,6 +277,9 @@ def test_a_plain_matroska_file_and_the_call_lifecycle(speech: Speech, tmp_path: 
             # 2026-12-02), never wrong ones. Exactness stays strict.
             assert bad == 0 and good >= 45, (label, good, bad)
         assert adapter_stats(bridge, "connect")["calls_ended"] == {"end_of_stream": 1, "api": 1}
+        # end-of-stream came right after the last block: both legs played it out first
+        # (c-stop's two legs too, unless their buffers were empty at the DELETE)
+        assert bridge.on_loop(bridge.bridge.ingest_counters)["drained_legs"] >= 2
     finally:
         off.stop()
         bridge.stop()
