@@ -133,6 +133,14 @@ def add_parser(sub: Any, name: str) -> None:
         "(docs/models/synthetic_voice.md)",
     )
     p.add_argument(
+        "--loss",
+        choices=["bce", "ocsoftmax"],
+        default="bce",
+        help="the training loss: binary cross-entropy (default), or a one-class softmax "
+        "that learns a compact bona fide region, meant for generators absent from training "
+        "(docs/models/synthetic_voice.md)",
+    )
+    p.add_argument(
         "--with-family",
         action="append",
         default=None,
@@ -289,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
             args.arch,
             codec_aug=args.codec_aug,
             rawboost=args.rawboost,
+            loss=args.loss,
             windows=args.windows,
             epochs=args.epochs,
         )

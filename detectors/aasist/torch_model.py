@@ -223,6 +223,10 @@ def build_model(cfg: AasistConfig, *, literal_residual: bool = True) -> Any:
             return t1 + t2, s1 + s2, m1 + m2
 
         def forward(self, wave: Tensor) -> Tensor:
+            logits: Tensor = self.out_layer(self.hidden(wave))
+            return logits
+
+        def hidden(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 5 * gat_dims[1]]
             b = wave.shape[0]
             x = func.max_pool2d(torch.abs(self.front(wave)), kernel_size=cfg.first_pool)
             x = func.selu(self.first_bn(x))
@@ -262,8 +266,7 @@ def build_model(cfg: AasistConfig, *, literal_residual: bool = True) -> Any:
                 ],
                 dim=1,
             )
-            logits: Tensor = self.out_layer(hidden)
-            return logits
+            return hidden
 
     model = Aasist()
     model.eval()

@@ -77,6 +77,12 @@ def build_model(cfg: AasistConfig = CONFIG) -> Any:
                 elif name in ("pos_S", "master1", "master2"):
                     nn.init.normal_(p)
 
+        embed_dim = 5 * cfg.gat_dims[1]
+
+        def embed(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, embed_dim] (ocsoftmax)
+            hidden: Tensor = self.net.hidden(wave)
+            return hidden
+
         def logit(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1]
             out = self.net(wave)
             logit: Tensor = (out[:, 0] - out[:, 1]).unsqueeze(1)

@@ -114,7 +114,7 @@ def default_work_dir() -> Path:
     return Path(base) / "callshield" / "train-synthetic"
 
 
-def _stage(path: Path, say: Any, arch: str = "cnn") -> tuple[Any, list[float]]:
+def _stage(path: Path, say: Any, arch: str = "cnn", loss: str = "bce") -> tuple[Any, list[float]]:
     """A training stage's cached state dict (the work directory is a cache, keyed by
     seed and that stage's settings), or (None, []) when it is not there."""
     if not path.is_file():
@@ -122,7 +122,7 @@ def _stage(path: Path, say: Any, arch: str = "cnn") -> tuple[Any, list[float]]:
     import torch
 
     say(f"using the cached state dict {path.name} (delete it to train again)")
-    return train.from_state(torch.load(path), arch), []
+    return train.from_state(torch.load(path), arch, loss), []
 
 
 def export_onnx(model: Any) -> bytes:
@@ -369,6 +369,7 @@ def build(
     arch: str = "cnn",
     codec_aug: bool = False,
     rawboost: bool = False,
+    loss: str = "bce",
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     if arch not in NAMES:
@@ -390,6 +391,9 @@ def build(
     cfg = replace(cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch]), arch=arch)
     # the optional steps of the training channel (--codec-aug, --rawboost)
     cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
+    if loss not in train.LOSSES:
+        raise BuildError(f"unknown loss {loss!r} (one of {', '.join(train.LOSSES)})")
+    cfg = replace(cfg, loss=loss if loss != "bce" else cfg.loss)
     t0 = time.monotonic()
     windows, labels = train.draw_windows(
         parts["train"], audio["train"], cfg.windows, seed,
@@ -402,13 +406,13 @@ def build(
     suffix = f"s{seed}{'-quick' if quick else ''}{'' if arch == 'cnn' else '-' + arch}"
     trained = [c.system for c in parts["train"] if c.label == 1]
     cached = work / f"model-{suffix}-stage1-{train.stage_key(cfg, 1, trained)}.pt"
-    model, losses = _stage(cached, say, arch)
+    model, losses = _stage(cached, say, arch, cfg.loss)
     if model is None:
         model, losses = train.train(windows, labels, cfg, seed, say)
         torch.save(model.state_dict(), cached)
     if cfg.stage2_windows:
         cached = work / f"model-{suffix}-stage2-{train.stage_key(cfg, 2, trained)}.pt"
-        final, more = _stage(cached, say, arch)
+        final, more = _stage(cached, say, arch, cfg.loss)
         if final is None:
             w2, l2 = train.draw_windows(
                 parts["train"], audio["train"], cfg.stage2_windows, seed + STAGE2_SEED,
@@ -453,6 +457,7 @@ def build(
             if cfg.rawboost
             else ""
         )
+        + (", one-class softmax loss" if cfg.loss == "ocsoftmax" else "")
         + f", {cfg.epochs} epochs, then "
         f"{cfg.stage2_windows} {'wide' if cfg.stage2_wide else 'telephone'}-channel windows, "
         f"{cfg.stage2_epochs} epochs; "
@@ -538,6 +543,7 @@ def run_cli(
     arch: str = "cnn",
     codec_aug: bool = False,
     rawboost: bool = False,
+    loss: str = "bce",
     windows: int | None = None,
     epochs: int | None = None,
 ) -> int:
@@ -565,6 +571,7 @@ def run_cli(
             arch=arch,
             codec_aug=codec_aug,
             rawboost=rawboost,
+            loss=loss,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

@@ -76,7 +76,8 @@ def build_model(cfg: NetConfig | None = None) -> Any:
             for _ in net.channels[:-1]:
                 freq //= 2
             self.drop = nn.Dropout(net.dropout)
-            self.head = nn.Linear(2 * cin * freq, 1)
+            self.embed_dim = 2 * cin * freq
+            self.head = nn.Linear(self.embed_dim, 1)
 
         def features(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1 or 5, F, T]
             dft: Tensor = self.dft
@@ -89,11 +90,13 @@ def build_model(cfg: NetConfig | None = None) -> Any:
             chans: Tensor = phase.phase_channels(re, im, self.cos_w, self.sin_w)
             return torch.cat([logp, chans], dim=1)
 
-        def logit(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1]
+        def embed(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, embed_dim]
             x = self.body(self.features(wave))  # [B, C, F, T]
             x = x.flatten(1, 2)  # [B, C * F, T]
-            pooled = torch.cat([x.mean(dim=2), x.amax(dim=2)], dim=1)
-            out: Tensor = self.head(self.drop(pooled))
+            return torch.cat([x.mean(dim=2), x.amax(dim=2)], dim=1)
+
+        def logit(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1]
+            out: Tensor = self.head(self.drop(self.embed(wave)))
             return out
 
         def forward(self, wave: Tensor) -> Tensor:  # [B, S] -> [B, 1] P(spoof)

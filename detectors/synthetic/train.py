@@ -61,15 +61,29 @@ class TrainConfig:
     stage2_lr: float = 1e-3
     stage2_wide: bool = True  # stage 2 through the wide channel (False: the stage-1 one)
     arch: str = "cnn"  # the network (ARCHS): cnn, cnn-phase (model.py), aasist(-lite) (aasist_net)
+    loss: str = "bce"  # LOSSES: binary cross-entropy, or the one-class softmax (ocsoftmax.py)
 
 
 QUICK = TrainConfig(windows=96, epochs=1, batch=16, stage2_windows=32, stage2_epochs=1)
 ARCHS = ("cnn", "aasist", "cnn-phase", "aasist-lite")
+LOSSES = ("bce", "ocsoftmax")
 PHASE_VERSION = 1  # bump when the cnn-phase channels (phase.py) change (its cache key)
 
 
-def new_model(arch: str) -> Any:
-    """A freshly initialised network of ``arch`` (torch)."""
+def new_model(arch: str, loss: str = "bce") -> Any:
+    """A freshly initialised network of ``arch`` (torch), with the one-class head when
+    ``loss`` is ocsoftmax."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r} (one of {', '.join(LOSSES)})")
+    net = _new_net(arch)
+    if loss == "bce":
+        return net
+    from detectors.synthetic import ocsoftmax
+
+    return ocsoftmax.wrap(net)
+
+
+def _new_net(arch: str) -> Any:
     if arch in ("aasist", "aasist-lite"):
         from detectors.synthetic import aasist_net
 
@@ -163,9 +177,11 @@ def train(
     dict to start from (the second stage), which also selects the stage-2 schedule."""
     import torch
 
+    from detectors.synthetic import ocsoftmax
+
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    model = new_model(cfg.arch)
+    model = new_model(cfg.arch, cfg.loss)
     lr, epochs = cfg.lr, cfg.epochs
     if init is not None:
         model.load_state_dict(init)
@@ -186,7 +202,11 @@ def train(
             x = torch.from_numpy(windows[idx].astype(np.float32) / 32768.0)
             y = torch.from_numpy(labels[idx]).unsqueeze(1)
             opt.zero_grad()
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(model.logit(x), y)
+            loss: torch.Tensor
+            if cfg.loss == "ocsoftmax":
+                loss = ocsoftmax.loss(model.cosine(x), y.squeeze(1))
+            else:
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(model.logit(x), y)
             loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             sched.step()
@@ -212,6 +232,11 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
         fields += ("codec_aug", CODEC_AUG_VERSION)
     if cfg.rawboost:
         fields += ("rawboost", RAWBOOST_VERSION)
+    if cfg.loss != "bce":  # bce keys stay as they were (cached state dicts)
+        from detectors.synthetic import ocsoftmax
+
+        fields += (cfg.loss, ocsoftmax.VERSION, ocsoftmax.MARGIN_BONAFIDE)
+        fields += (ocsoftmax.MARGIN_SPOOF, ocsoftmax.ALPHA)
     if stage == 2:
         fields += (cfg.stage2_windows, cfg.stage2_epochs, cfg.stage2_lr)
         fields += (WIDE_CHANNEL_VERSION,) if cfg.stage2_wide else ("narrow",)
@@ -227,9 +252,9 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
     return hashlib.sha256(repr(fields).encode()).hexdigest()[:10]
 
 
-def from_state(state: dict[str, Any], arch: str = "cnn") -> Any:
-    """The ``arch`` network with a cached state dict (eval mode)."""
-    model = new_model(arch)
+def from_state(state: dict[str, Any], arch: str = "cnn", loss: str = "bce") -> Any:
+    """The ``arch`` network (with ``loss``'s head) with a cached state dict (eval mode)."""
+    model = new_model(arch, loss)
     model.load_state_dict(state)
     model.eval()
     return model
