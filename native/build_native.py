@@ -30,6 +30,7 @@ HEADERS = [
     "srclock.h",
     "srtp_rx.h",
     "ingest.h",
+    "stall_probe.h",
 ]
 
 

@@ -52,6 +52,7 @@ from native.ingest_types import (
     by_error_name,
     fill_addr,
     frame_flag_name,
+    histogram_of,
     to_python,
     upper_edges,
 )
@@ -545,21 +546,7 @@ class Ingest:
         return self._histogram()
 
     def _histogram(self) -> LatencyHistogram:
-        h = self._latency
-        counts = np.concatenate(
-            [
-                np.frombuffer(ffi.buffer(h.fine), dtype=np.uint64),
-                np.frombuffer(ffi.buffer(h.tail), dtype=np.uint64),
-            ]
-        )
-        return LatencyHistogram(
-            counts,
-            self._latency_edges,
-            int(h.count),
-            int(h.sum_ns),
-            int(h.max_ns),
-            int(h.negative),
-        )
+        return histogram_of(self._latency, self._latency_edges)
 
     def thread_cpu_ns(self) -> int:
         """CPU time used by the receiver thread(s) so far."""

@@ -27,6 +27,7 @@ __all__ = [
     "by_error_name",
     "fill_addr",
     "frame_flag_name",
+    "histogram_of",
     "to_python",
     "upper_edges",
 ]
@@ -93,6 +94,24 @@ class LatencyHistogram:
         rank = q / 100.0 * self.count
         idx = int(np.searchsorted(np.cumsum(self.counts), rank, side="left"))
         return float(min(self.upper_ns[min(idx, self.upper_ns.size - 1)], self.max_ns))
+
+
+def histogram_of(h: Any, edges: npt.NDArray[np.float64] | None = None) -> LatencyHistogram:
+    """A copy of a ``cs_ingest_latency *`` (``edges``: ``upper_edges()``, reusable)."""
+    counts = np.concatenate(
+        [
+            np.frombuffer(ffi.buffer(h.fine), dtype=np.uint64).copy(),
+            np.frombuffer(ffi.buffer(h.tail), dtype=np.uint64).copy(),
+        ]
+    )
+    return LatencyHistogram(
+        counts,
+        upper_edges() if edges is None else edges,
+        int(h.count),
+        int(h.sum_ns),
+        int(h.max_ns),
+        int(h.negative),
+    )
 
 
 def upper_edges() -> npt.NDArray[np.float64]:

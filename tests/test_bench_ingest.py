@@ -70,6 +70,21 @@ def test_every_receiver_gets_every_packet(result: dict[str, Any]) -> None:
         assert run[name]["cqes_per_enter"] >= 1.0
 
 
+def test_every_receiver_has_the_machine_floor_beside_it(result: dict[str, Any]) -> None:
+    """The stall probe ran in its own process over each receiver's window: bare batches of
+    the paced receiver's size (1 datagram per 1 ms wakeup at 1,000 pps), half a period off
+    its grid, and its p99.9 is in the table row."""
+    (run,) = result["runs"]
+    for name in ingest.RECEIVERS:
+        floor = run[name]["machine_floor"]
+        assert "error" not in floor, (name, floor)
+        assert (floor["period_us"], floor["offset_us"], floor["units"]) == (1000, 500, 1)
+        assert floor["n"] > 0 and floor["unit_iters"] > 0 and floor["cpu_s"] > 0
+        assert floor["p50"] <= floor["p99.9"] <= max(floor["max"], floor["p99.9"])
+        row = next(r for r in result["table"] if r["receiver"] == name)
+        assert row["floor_p99_9_us"] == round(floor["p99.9"], 2)
+
+
 def test_report_names_each_comparison(result: dict[str, Any]) -> None:
     (run,) = result["runs"]
     assert set(run["cpu_ratios"]) == {f"{b}/{n}" for b in ingest.BASELINES for n in NATIVE + BRIDGE}

@@ -77,3 +77,18 @@ def test_the_plan_runs_the_receivers_the_row_reads() -> None:
         assert {"native_per_leg_uring_paced", "native_shared_paced", "asyncio_shared"} <= set(rx)
         assert "bridge_shared_paced" in rx  # the product's shared-port path
         assert flags[flags.index("--coalesce-us") + 1] != "0"
+
+
+def test_the_note_puts_the_machine_floor_beside_each_judged_tail() -> None:
+    """A run with the stall probe: its p99.9 follows each receiver's p99.9 in the note;
+    the goal stays judged on the receiver's own figure. A run without it prints none."""
+    doc = _doc(default_cpu=1.0, syscall_p999=60.0)
+    run = doc["runs"][0]
+    run["native_per_leg_uring"]["machine_floor"] = _dist(55.0)
+    run["bridge_shared_paced"]["machine_floor"] = _dist(38.0)
+    row = _ingest(doc)
+    assert row.goal_met is False  # 60 µs > 50 µs, whatever the floor
+    assert "kernel stamp→buffer adds the wakeup delay (machine floor p99.9 55.0 µs)" in row.note
+    assert "syscall→buffer p99.9 40.0 µs (machine floor p99.9 38.0 µs)" in row.note
+    assert "syscall→buffer p99.9 60.0 µs;" in row.note  # native_shared_paced: no probe
+    assert "machine floor" not in _ingest(_doc(default_cpu=1.0, syscall_p999=60.0)).note

@@ -29,6 +29,9 @@ enum {
     __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (k), \
                      __ATOMIC_RELAXED)
 
+/* Add one latency sample to a histogram (ingest_rx.c; the stall probe's too). */
+void cs_latency_record(cs_ingest_latency *h, int64_t ns);
+
 /* One socket's multishot receive under the io_uring backend. armed and cancel_sent
  * belong to the receiver thread; closing is set by a removal (under cmd_mu) and
  * cleared by the receiver once the socket's request has ended. */

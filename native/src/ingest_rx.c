@@ -58,7 +58,7 @@ static int64_t kernel_stamp(struct msghdr *m) {
     return 0;
 }
 
-static void record_latency(cs_ingest_latency *h, int64_t ns) {
+void cs_latency_record(cs_ingest_latency *h, int64_t ns) {
     if (ns < 0) {
         BUMP(h->negative, 1);
         ns = 0;
@@ -224,8 +224,8 @@ static void finish_batch(cs_ingest *ing, int r, int64_t received) {
             continue;
         inserted++;
         int64_t done = ing->batch.done[i];
-        record_latency(&ing->latency, done - ing->batch.arrival[i]);
-        record_latency(&ing->processing, done - received);
+        cs_latency_record(&ing->latency, done - ing->batch.arrival[i]);
+        cs_latency_record(&ing->processing, done - received);
     }
     BUMP(g->datagrams, (uint64_t)r);
     BUMP(g->bytes, bytes);

@@ -43,6 +43,12 @@ loopback the kernel stamps a datagram inside the sender's sendto, so the two are
 to comparable. ``cpu_ratios`` names each
 comparison as ``baseline/receiver`` (receiver-thread and process CPU).
 
+``machine_floor``, the latency baseline of every receiver, measured beside it over the
+same window (``stall_probe``: its own process, bare C batches of the paced receiver's
+size on its grid, half a period off it, no I/O): what code of that shape reads on this
+machine then. A receiver's p99.9 near it is the machine's tail, not the receiver's; the
+goal stays judged on the receiver's own figure.
+
 ``--pin on`` pins the sender to CPU 1 and the receiving thread to CPU 0 (native: the C
 receiver thread, with the Python pull loop moved to CPU 1; asyncio: the event loop);
 ``--pin both`` runs everything unpinned and then pinned.
@@ -66,6 +72,7 @@ from sip_bridge.bench.ingest_receivers import (
     Receiver,
     Window,
 )
+from sip_bridge.bench.stall_probe import StallProbe, units_for
 
 RECEIVERS = (
     "native_per_leg",
@@ -291,6 +298,7 @@ def _rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             p50_us=_round(lat.get("p50")),
             p99_us=_round(lat.get("p99")),
             p99_9_us=_round(lat.get("p99.9")),
+            floor_p99_9_us=_round(r["machine_floor"].get("p99.9")),
             background_cpus=_round(r["background_cpu_share"]),
         )
         rows.append(row)
@@ -321,6 +329,7 @@ def _measure(
         text=True,
     )
     assert sender.stdin is not None and sender.stdout is not None
+    probe: StallProbe | None = None
     try:
         sender.stdin.write(json.dumps(job) + "\n")
         sender.stdin.flush()
@@ -330,6 +339,8 @@ def _measure(
         rx.attach([(str(h), int(p)) for h, p in ready["ready"]])
         snmp0 = _udp_snmp()
         window = Window(time.monotonic() + args.warmup)
+        period_us = args.coalesce_us or 1000
+        probe = StallProbe(window.mark_at, args.seconds, period_us, units_for(pps, period_us))
         sender.stdin.write("go\n")
         sender.stdin.flush()
         result: dict[str, Any] = {}
@@ -347,12 +358,15 @@ def _measure(
 
         rx.run_until(done, window)
         steady = window.finish(rx)
+        floor = probe.result(timeout=args.seconds + 30)
         snmp1 = _udp_snmp()
         load = result
         got = rx.received()
         out = rx.report()
     finally:
         rx.close()
+        if probe is not None:
+            probe.close()
         if sender.poll() is None:
             sender.kill()
         sender.wait()
@@ -371,8 +385,13 @@ def _measure(
         udp_in_errors_delta=snmp1.get("InErrors", 0) - snmp0.get("InErrors", 0),
         sender_cpu_share=load["cpu_s"] / send_s,
         background_cpu_share=max(
-            0.0, steady["system_cpu_share"] - steady["process_cpu_share"] - load["cpu_s"] / send_s
+            0.0,
+            steady["system_cpu_share"]
+            - steady["process_cpu_share"]
+            - load["cpu_s"] / send_s
+            - floor.get("cpu_s", 0.0) / max(args.seconds, 1e-9),
         ),
+        machine_floor=floor,
         sender_late_slots=load["late_slots"],
         sender_errors=load["send_errors"],
     )

@@ -312,18 +312,18 @@ def ingest_counters_report(ing: Any, counters0: dict[str, Any], backend: str) ->
         "paced_sleeps": delta["paced_sleeps"],
         "stream_lock_waits": delta["stream_lock_waits"],
         "unmatched": delta["unmatched"],
-        "latency": _histogram_summary(
+        "latency": histogram_summary(
             ing.latency(),
             "kernel SO_TIMESTAMPNS -> the datagram inserted in its jitter buffer",
         ),
-        "processing": _histogram_summary(
+        "processing": histogram_summary(
             ing.processing(),
             "recvmmsg returned -> the datagram inserted in its jitter buffer",
         ),
     }
 
 
-def _histogram_summary(h: Any, definition: str) -> dict[str, Any]:
+def histogram_summary(h: Any, definition: str) -> dict[str, Any]:
     """p50/p90/p99/p99.9 (bucket upper edges: 1 µs below 1 ms, then powers of two) in µs."""
     out: dict[str, Any] = {"definition": definition, "unit": "us", "n": h.count}
     out["mean"] = h.sum_ns / max(h.count, 1) / 1e3

@@ -125,6 +125,7 @@ def _ingest(d: Doc) -> Row:
         note=f"{name} (the bridge's default): {run['offered_pps']} pps, loss {loss}, "
         f"background CPU {native['background_cpu_share']:.2f}; latency judged "
         "syscall→buffer (the issue's stamp), kernel stamp→buffer adds the wakeup delay"
+        + _floor(native)
         + _ingest_alternatives(run),
     )
 
@@ -156,8 +157,16 @@ def _ingest_alternatives(run: Doc) -> str:
             if (ratios.get(f"{b}/{best}") or {}).get("receiver")
         )
         p999 = _num(run[best].get("processing", {}).get("p99.9"))
-        parts.append(f"best {label}: {best} {vs}, syscall→buffer p99.9 {p999} µs")
+        floor = _floor(run[best])
+        parts.append(f"best {label}: {best} {vs}, syscall→buffer p99.9 {p999} µs{floor}")
     return "; " + "; ".join(parts) if parts else ""
+
+
+def _floor(r: Doc) -> str:
+    """' (machine floor p99.9 N µs)': the bench's stall probe beside that receiver,
+    or '' for a run that has none."""
+    p999 = (r.get("machine_floor") or {}).get("p99.9")
+    return "" if p999 is None else f" (machine floor p99.9 {_num(p999)} µs)"
 
 
 def _capacity(d: Doc) -> Row:
