@@ -137,8 +137,8 @@ def add_parser(sub: Any, name: str) -> None:
         choices=["bce", "ocsoftmax"],
         default="bce",
         help="the training loss: binary cross-entropy (default), or a one-class softmax "
-        "that learns a compact bona fide region, meant for generators absent from training "
-        "(docs/models/synthetic_voice.md)",
+        "that learns a compact bona fide region, meant for generators absent from training; "
+        "measured at two seeds: worse, on those generators too (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
         "--with-family",

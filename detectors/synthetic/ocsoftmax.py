@@ -8,7 +8,9 @@ Zhang, Jiang, Chen, "One-class learning towards synthetic voice spoofing detecti
 ``m0``) and ``softplus(alpha (s - m1))`` for spoof (pushed below ``m1``), with
 ``m0 > m1``. The paper's case is ours: it was made for attacks absent from training.
 This is our own formulation of that loss for the CNN and AASIST networks here (torch,
-training and export only; imported inside ``wrap``).
+training and export only; imported inside ``wrap``). Measured with the default recipe at
+two seeds (docs/models/synthetic_voice.md, "One-class softmax loss"): worse than the
+cross-entropy on dev and test, on the never-trained generators too, so it stays opt-in.
 
 The exported graph keeps the runtime's contract, one P(spoof)-like value in [0, 1]:
 ``(1 - s) / 2`` (monotonic in the score, never saturating, so thresholds near the top of
