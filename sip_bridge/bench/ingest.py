@@ -322,6 +322,8 @@ def _measure(
         "payload_bytes": payload,
         "cpu": sender_cpu,
     }
+    period_us = args.coalesce_us or 1000
+    probe = StallProbe(period_us, units_for(pps, period_us))
     sender = subprocess.Popen(
         [sys.executable, "-m", "sip_bridge.bench.rtp_load"],
         stdin=subprocess.PIPE,
@@ -329,7 +331,6 @@ def _measure(
         text=True,
     )
     assert sender.stdin is not None and sender.stdout is not None
-    probe: StallProbe | None = None
     try:
         sender.stdin.write(json.dumps(job) + "\n")
         sender.stdin.flush()
@@ -339,8 +340,7 @@ def _measure(
         rx.attach([(str(h), int(p)) for h, p in ready["ready"]])
         snmp0 = _udp_snmp()
         window = Window(time.monotonic() + args.warmup)
-        period_us = args.coalesce_us or 1000
-        probe = StallProbe(window.mark_at, args.seconds, period_us, units_for(pps, period_us))
+        probe.begin(window.mark_at, args.seconds)
         sender.stdin.write("go\n")
         sender.stdin.flush()
         result: dict[str, Any] = {}
@@ -365,8 +365,7 @@ def _measure(
         out = rx.report()
     finally:
         rx.close()
-        if probe is not None:
-            probe.close()
+        probe.close()
         if sender.poll() is None:
             sender.kill()
         sender.wait()

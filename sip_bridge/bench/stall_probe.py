@@ -35,25 +35,30 @@ def units_for(pps: int, period_us: int) -> int:
 
 
 class StallProbe:
-    """The probe process over [start_s, start_s + seconds) of ``time.monotonic()``."""
+    """The probe process: started early (its imports overlap the sender's start), then
+    ``begin`` gives it its window of ``time.monotonic()``."""
 
-    def __init__(self, start_s: float, seconds: float, period_us: int, units: int) -> None:
-        self.job = {
-            "start_ns": int(start_s * 1e9),
-            "end_ns": int((start_s + seconds) * 1e9),
-            "period_ns": period_us * 1000,
-            "offset_ns": period_us * 500,  # half a period off the receiver's wakeups
-            "units": units,
-            "unit_ns": UNIT_NS,
-        }
+    def __init__(self, period_us: int, units: int) -> None:
+        self.period_us, self.units = period_us, units
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sip_bridge.bench.stall_probe"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
+
+    def begin(self, start_s: float, seconds: float) -> None:
+        """Probe [start_s, start_s + seconds)."""
+        job = {
+            "start_ns": int(start_s * 1e9),
+            "end_ns": int((start_s + seconds) * 1e9),
+            "period_ns": self.period_us * 1000,
+            "offset_ns": self.period_us * 500,  # half a period off the receiver's wakeups
+            "units": self.units,
+            "unit_ns": UNIT_NS,
+        }
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(self.job) + "\n")
+        self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()  # communicate() closes it
 
     def result(self, timeout: float) -> dict[str, Any]:
@@ -79,7 +84,10 @@ def main() -> int:
     from native import stall_probe
     from sip_bridge.bench.ingest_receivers import histogram_summary
 
-    job = json.loads(sys.stdin.readline())
+    line = sys.stdin.readline()  # after the imports: the window may start soon after
+    if not line:
+        return 0  # closed before a job: the bench gave up on this receiver
+    job = json.loads(line)
     r = stall_probe.run(
         job["start_ns"], job["end_ns"], job["period_ns"], job["units"], job["unit_ns"],
         job["offset_ns"],
