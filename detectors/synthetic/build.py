@@ -393,7 +393,8 @@ def build(
     cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
     if loss not in train.LOSSES:
         raise BuildError(f"unknown loss {loss!r} (one of {', '.join(train.LOSSES)})")
-    cfg = replace(cfg, loss=loss if loss != "bce" else cfg.loss)
+    if loss != "bce":  # as --codec-aug / --rawboost: the flag adds to a given cfg
+        cfg = replace(cfg, loss=loss)
     t0 = time.monotonic()
     windows, labels = train.draw_windows(
         parts["train"], audio["train"], cfg.windows, seed,

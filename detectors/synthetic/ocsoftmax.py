@@ -51,9 +51,8 @@ def wrap(net: Any) -> Any:
             self.center = nn.Parameter(torch.randn(1, net.embed_dim))
 
         def cosine(self, wave: Tensor) -> Tensor:  # [B, S] -> [B]
-            e = self.net.embed(wave)
-            e = e / e.norm(dim=1, keepdim=True).clamp_min(1e-8)
-            c = self.center / self.center.norm(dim=1, keepdim=True).clamp_min(1e-8)
+            e = nn.functional.normalize(self.net.embed(wave), dim=1, eps=1e-8)
+            c = nn.functional.normalize(self.center, dim=1, eps=1e-8)
             out: Tensor = (e * c).sum(dim=1)
             return out
 

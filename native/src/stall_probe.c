@@ -9,12 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-static int64_t clock_ns(clockid_t id) {
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* A dependent chain the compiler cannot fold or vectorise: ~1 multiply-add per step. */
 static uint64_t work(uint64_t x, int64_t iters) {
     for (int64_t i = 0; i < iters; i++) {
@@ -32,9 +26,9 @@ int64_t cs_stall_probe_calibrate(int64_t unit_ns) {
     const int64_t trial = 1 << 20;
     int64_t best = INT64_MAX;
     for (int rep = 0; rep < 5; rep++) { /* the fastest of five: a stall only slows one */
-        int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+        int64_t t0 = rx_clock_ns(CLOCK_MONOTONIC);
         sink = work(sink, trial);
-        int64_t dt = clock_ns(CLOCK_MONOTONIC) - t0;
+        int64_t dt = rx_clock_ns(CLOCK_MONOTONIC) - t0;
         if (dt < best)
             best = dt;
     }
@@ -49,11 +43,11 @@ int64_t cs_stall_probe_run(const cs_stall_probe_config *cfg, cs_ingest_latency *
         cfg->end_ns < cfg->start_ns || cfg->offset_ns < 0 || cfg->offset_ns >= cfg->period_ns)
         return -1;
     memset(out, 0, sizeof *out);
-    int64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    int64_t cpu0 = rx_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     const int64_t p = cfg->period_ns, off = cfg->offset_ns;
     /* the first grid point (k * p + off) at or after max(start, now): one started late
      * does not catch up in a burst */
-    int64_t now = clock_ns(CLOCK_MONOTONIC);
+    int64_t now = rx_clock_ns(CLOCK_MONOTONIC);
     int64_t from = cfg->start_ns > now ? cfg->start_ns : now;
     int64_t next = (from - off + p - 1) / p * p + off;
     uint64_t x = sink;
@@ -61,15 +55,15 @@ int64_t cs_stall_probe_run(const cs_stall_probe_config *cfg, cs_ingest_latency *
         struct timespec at = {.tv_sec = next / 1000000000, .tv_nsec = next % 1000000000};
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR) {
         }
-        int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+        int64_t t0 = rx_clock_ns(CLOCK_MONOTONIC);
         for (int32_t u = 0; u < cfg->units; u++) {
             x = work(x, cfg->unit_iters);
-            cs_latency_record(out, clock_ns(CLOCK_MONOTONIC) - t0);
+            cs_latency_record(out, rx_clock_ns(CLOCK_MONOTONIC) - t0);
         }
         /* the next multiple after this batch (an overrun skips the grid points it covered,
          * as the paced receiver's sleep does) */
-        next = ((clock_ns(CLOCK_MONOTONIC) - off) / p + 1) * p + off;
+        next = ((rx_clock_ns(CLOCK_MONOTONIC) - off) / p + 1) * p + off;
     }
     sink = x;
-    return clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    return rx_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
 }

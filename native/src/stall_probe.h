@@ -7,8 +7,9 @@
  * sleeps to the next multiple of period_ns on CLOCK_MONOTONIC plus offset_ns (the
  * paced receiver's grid; the bench puts the probe half a period off it, so that the two
  * never wake together and compete for a CPU, and so that, like the receiver's batches,
- * the probe's are clear of the kernel's tick on that grid), runs `units` steps of fixed CPU work of about unit_ns each, and records for
- * every step the time since the batch began, in the ingest's histogram layout. Run
+ * the probe's are clear of the kernel's tick on that grid), runs `units` steps of fixed
+ * CPU work of about unit_ns each, and records for every step the time since the batch
+ * began, in the ingest's histogram layout. Run
  * beside a receiver over the same window, its p99.9 is what any code with that shape
  * would read on this machine at that time, so a receiver's tail can be told apart from
  * the machine's.
