@@ -15,6 +15,13 @@ class ProbeResult:
     histogram: LatencyHistogram  # ns since the batch began, one sample per step
     cpu_ns: int  # the probe thread's own CPU time
     unit_iters: int  # work per step, as calibrated
+    batches: int  # batches run, one per wakeup
+    wake_cpu_ns: int  # its CPU time from each sleep's call to its batch's start, summed
+
+    @property
+    def wake_cpu_us(self) -> float | None:
+        """CPU µs one paced wakeup costs this thread (None: no batch ran)."""
+        return self.wake_cpu_ns / self.batches / 1e3 if self.batches else None
 
 
 def calibrate(unit_ns: int) -> int:
@@ -34,10 +41,12 @@ def run(
     cfg.offset_ns = offset_ns
     cfg.units, cfg.unit_iters = units, iters
     out = ffi.new("cs_ingest_latency *")
-    cpu = int(lib.cs_stall_probe_run(cfg, out))
-    if cpu < 0:
+    stats = ffi.new("cs_stall_probe_stats *")
+    if lib.cs_stall_probe_run(cfg, out, stats) < 0:
         raise ValueError(
             f"bad stall probe settings: period {period_ns} ns, offset {offset_ns} ns, "
             f"{units} units, {start_ns}..{end_ns}"
         )
-    return ProbeResult(histogram_of(out), cpu, iters)
+    return ProbeResult(
+        histogram_of(out), int(stats.cpu_ns), iters, int(stats.batches), int(stats.wake_cpu_ns)
+    )

@@ -83,6 +83,9 @@ def test_every_receiver_has_the_machine_floor_beside_it(result: dict[str, Any]) 
         assert floor["p50"] <= floor["p99.9"] <= max(floor["max"], floor["p99.9"])
         row = next(r for r in result["table"] if r["receiver"] == name)
         assert row["floor_p99_9_us"] == round(floor["p99.9"], 2)
+        # what one of its paced wakeups cost, per batch
+        assert floor["batches"] > 0 and floor["wake_cpu_us"] > 0
+        assert row["floor_wake_cpu_us"] == round(floor["wake_cpu_us"], 2)
 
 
 def test_report_names_each_comparison(result: dict[str, Any]) -> None:

@@ -92,3 +92,13 @@ def test_the_note_puts_the_machine_floor_beside_each_judged_tail() -> None:
     assert "syscall→buffer p99.9 40.0 µs (machine floor p99.9 38.0 µs)" in row.note
     assert "syscall→buffer p99.9 60.0 µs;" in row.note  # native_shared_paced: no probe
     assert "machine floor" not in _ingest(_doc(default_cpu=1.0, syscall_p999=60.0)).note
+
+
+def test_the_note_says_what_a_paced_wakeup_costs_where_the_probe_measured_it() -> None:
+    doc = _doc(default_cpu=1.0, syscall_p999=40.0)
+    run = doc["runs"][0]
+    run["native_per_leg_uring"]["machine_floor"] = {**_dist(30.0), "wake_cpu_us": 26.5}
+    run["bridge_shared_paced"]["machine_floor"] = _dist(38.0)  # an older report: none
+    note = _ingest(doc).note
+    assert "(machine floor p99.9 30.0 µs; a paced wakeup 26.5 µs CPU)" in note
+    assert "(machine floor p99.9 38.0 µs)" in note

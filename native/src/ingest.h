@@ -83,8 +83,12 @@
  * datagram after it waited for it: on the 2-vCPU VM this was built on a tick costs the
  * running thread 30-150 us (a bare spin loop loses that at each 4 ms boundary): that was
  * the paced shared receiver's recvmmsg -> buffer p99.9 of 63-370 us (docs/operations.md). A timed sleep is not free
- * (measured on the 2-vCPU VM this was built on: 18-25 us of thread CPU per sleep, against
- * ~2.6 us per socket-driven wakeup with its recvmmsg, ~0.55 wakeups per datagram), so it
+ * (measured on the 2-vCPU KVM guest this was built on: 18-28 us of thread CPU per sleep,
+ * against ~2.6 us per socket-driven wakeup with its recvmmsg, ~0.55 wakeups per datagram;
+ * not the timer's cost but the idle vCPU's halt and wakeup, which the woken thread is
+ * charged with: an eventfd woken from the other CPU costs the same, 14 us with the CPU
+ * kept from halting; `bench ingest` measures it beside every receiver, the stall probe's
+ * wake_cpu_us, stall_probe.h), so it
  * is only taken while the rate of the last 20 ms predicts at least coalesce_min
  * datagrams per coalesce_us (default 16, about the break-even there; hosts with cheap
  * timers want less): at low rates the thread simply waits for the next datagram.

@@ -38,11 +38,14 @@ int64_t cs_stall_probe_calibrate(int64_t unit_ns) {
     return iters > 0 ? iters : 1;
 }
 
-int64_t cs_stall_probe_run(const cs_stall_probe_config *cfg, cs_ingest_latency *out) {
-    if (!cfg || !out || cfg->period_ns <= 0 || cfg->units <= 0 || cfg->unit_iters <= 0 ||
-        cfg->end_ns < cfg->start_ns || cfg->offset_ns < 0 || cfg->offset_ns >= cfg->period_ns)
+int cs_stall_probe_run(const cs_stall_probe_config *cfg, cs_ingest_latency *out,
+                       cs_stall_probe_stats *stats) {
+    if (!cfg || !out || !stats || cfg->period_ns <= 0 || cfg->units <= 0 ||
+        cfg->unit_iters <= 0 || cfg->end_ns < cfg->start_ns || cfg->offset_ns < 0 ||
+        cfg->offset_ns >= cfg->period_ns)
         return -1;
     memset(out, 0, sizeof *out);
+    memset(stats, 0, sizeof *stats);
     int64_t cpu0 = rx_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     const int64_t p = cfg->period_ns, off = cfg->offset_ns;
     /* the first grid point (k * p + off) at or after max(start, now): one started late
@@ -53,8 +56,11 @@ int64_t cs_stall_probe_run(const cs_stall_probe_config *cfg, cs_ingest_latency *
     uint64_t x = sink;
     while (next < cfg->end_ns) {
         struct timespec at = {.tv_sec = next / 1000000000, .tv_nsec = next % 1000000000};
+        int64_t asleep = rx_clock_ns(CLOCK_THREAD_CPUTIME_ID);
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR) {
         }
+        stats->wake_cpu_ns += rx_clock_ns(CLOCK_THREAD_CPUTIME_ID) - asleep;
+        stats->batches++;
         int64_t t0 = rx_clock_ns(CLOCK_MONOTONIC);
         for (int32_t u = 0; u < cfg->units; u++) {
             x = work(x, cfg->unit_iters);
@@ -65,5 +71,6 @@ int64_t cs_stall_probe_run(const cs_stall_probe_config *cfg, cs_ingest_latency *
         next = ((rx_clock_ns(CLOCK_MONOTONIC) - off) / p + 1) * p + off;
     }
     sink = x;
-    return rx_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    stats->cpu_ns = rx_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    return 0;
 }

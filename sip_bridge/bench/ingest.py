@@ -47,7 +47,11 @@ comparison as ``baseline/receiver`` (receiver-thread and process CPU).
 same window (``stall_probe``: its own process, bare C batches of the paced receiver's
 size on its grid, half a period off it, no I/O): what code of that shape reads on this
 machine then. A receiver's p99.9 near it is the machine's tail, not the receiver's; the
-goal stays judged on the receiver's own figure.
+goal stays judged on the receiver's own figure. Its ``wake_cpu_us`` (the row's
+``floor_wake_cpu_us``) is the CPU one of its paced wakeups cost: a paced receiver pays
+about that per wakeup on top of its datagrams (``wakeups_per_1k_pkts`` × it / 1000 per
+packet), which on a virtual machine, where a halted vCPU's wakeup is charged to the woken
+thread, can be a third of its CPU per packet.
 
 ``--pin on`` pins the sender to CPU 1 and the receiving thread to CPU 0 (native: the C
 receiver thread, with the Python pull loop moved to CPU 1; asyncio: the event loop);
@@ -299,6 +303,7 @@ def _rows(run: dict[str, Any]) -> list[dict[str, Any]]:
             p99_us=_round(lat.get("p99")),
             p99_9_us=_round(lat.get("p99.9")),
             floor_p99_9_us=_round(r["machine_floor"].get("p99.9")),
+            floor_wake_cpu_us=_round(r["machine_floor"].get("wake_cpu_us")),
             background_cpus=_round(r["background_cpu_share"]),
         )
         rows.append(row)

@@ -11,6 +11,12 @@ batch began. Over the receiver's steady-state window, its p99.9 is what code of 
 shape reads on this machine at that moment: where a receiver's p99.9 sits near it, the
 tail is the machine's, not the receiver's.
 
+It also reports ``wake_cpu_us``: the probe thread's CPU time per paced wakeup, from the
+sleep's call to its batch's start (syscall, context switches and, on a virtual machine,
+the halted vCPU's wakeup, which the woken thread is charged with). A paced receiver pays
+about that per wakeup besides its datagrams, so it tells what pacing costs per packet on
+this machine (wakeups per packet × this).
+
 ``python -m sip_bridge.bench.stall_probe`` reads one JSON job on stdin and prints one
 JSON summary on stdout (``StallProbe`` runs it).
 """
@@ -100,6 +106,8 @@ def main() -> int:
         unit_ns=job["unit_ns"],
         unit_iters=r.unit_iters,
         cpu_s=r.cpu_ns / 1e9,
+        batches=r.batches,
+        wake_cpu_us=r.wake_cpu_us,  # CPU per paced wakeup, the sleep's own cost
     )
     print(json.dumps(out), flush=True)
     return 0

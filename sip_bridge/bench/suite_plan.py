@@ -163,10 +163,14 @@ def _ingest_alternatives(run: Doc) -> str:
 
 
 def _floor(r: Doc) -> str:
-    """' (machine floor p99.9 N µs)': the bench's stall probe beside that receiver,
-    or '' for a run that has none."""
-    p999 = (r.get("machine_floor") or {}).get("p99.9")
-    return "" if p999 is None else f" (machine floor p99.9 {_num(p999)} µs)"
+    """' (machine floor p99.9 N µs; a paced wakeup W µs CPU)': the bench's stall probe
+    beside that receiver, or '' for a run that has none."""
+    floor = r.get("machine_floor") or {}
+    p999, wake = floor.get("p99.9"), floor.get("wake_cpu_us")
+    if p999 is None:
+        return ""
+    cost = "" if wake is None else f"; a paced wakeup {_num(wake)} µs CPU"
+    return f" (machine floor p99.9 {_num(p999)} µs{cost})"
 
 
 def _capacity(d: Doc) -> Row:

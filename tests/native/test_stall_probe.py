@@ -25,6 +25,30 @@ def test_one_sample_per_step_each_after_its_work() -> None:
     assert h.sum_ns / h.count >= 0.5 * 4.5 * 2_000
     assert h.percentile_ns(1) >= 1_000
     assert 0 < r.cpu_ns < 300 * MS and r.unit_iters > 0
+    # one wakeup per batch, each costing some CPU, all of it within the thread's total
+    assert r.batches == h.count // 8
+    assert 0 < r.wake_cpu_ns < r.cpu_ns
+    assert r.wake_cpu_us == r.wake_cpu_ns / r.batches / 1e3
+
+
+def test_the_wakeups_cost_is_the_sleeps_not_the_work() -> None:
+    """Ten times the work per batch leaves the CPU counted to the wakeups where it was
+    (it is measured from each sleep's call to its batch's start) and puts the rest in the
+    batches: the wakeup share of the thread's CPU falls."""
+    start = time.monotonic_ns() + 10 * MS
+    light = stall_probe.run(start, start + 200 * MS, 2 * MS, 4, 1_000)
+    start = time.monotonic_ns() + 10 * MS
+    heavy = stall_probe.run(start, start + 200 * MS, 2 * MS, 40, 1_000)
+    assert light.batches > 0 and heavy.batches > 0
+    assert light.wake_cpu_ns / light.cpu_ns > heavy.wake_cpu_ns / heavy.cpu_ns
+    # the work itself (~40 µs a batch) is outside the wakeup figure
+    assert heavy.cpu_ns - heavy.wake_cpu_ns >= 0.5 * heavy.batches * 40 * 1_000
+
+
+def test_no_batch_no_wakeup_cost() -> None:
+    now = time.monotonic_ns()
+    r = stall_probe.run(now - 10 * MS, now - 5 * MS, MS, 4, 500)  # a window already over
+    assert (r.histogram.count, r.batches, r.wake_cpu_ns, r.wake_cpu_us) == (0, 0, 0, None)
 
 
 def test_a_late_start_does_not_burst_to_catch_up() -> None:
