@@ -122,6 +122,7 @@ class Ingest:
         uring_buffers: int = 0,
         uring_setup: int = 0,
         uring_refuse: int = 0,
+        discard: bool = False,
     ) -> None:
         """coalesce_us > 0 caps the receiver's wakeups at ~1e6/coalesce_us per second
         while at least coalesce_min datagrams are expected per coalesce_us (0: always):
@@ -131,7 +132,9 @@ class Ingest:
         "epoll" or "io_uring" (see the module doc); uring_buffers: the io_uring
         provided-buffer count (power of two; 0: 1024); uring_setup: IORING_SETUP_* flags
         (0: SINGLE_ISSUER | DEFER_TASKRUN); uring_refuse: an errno to fail the io_uring
-        setup with (tests of the fallback)."""
+        setup with (tests of the fallback); discard: receive and count every datagram,
+        then drop it (the kernel-receive floor ``bench ingest`` measures; never in the
+        bridge)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, not {backend!r}")
         cfg = ffi.new("cs_ingest_config *")
@@ -145,6 +148,7 @@ class Ingest:
         cfg.backend = BACKENDS[backend]
         cfg.uring_buffers, cfg.uring_setup = uring_buffers, uring_setup
         cfg.uring_refuse = uring_refuse
+        cfg.discard = int(discard)
         ptr = lib.cs_ingest_new(cfg)
         if ptr == ffi.NULL:
             raise ValueError(

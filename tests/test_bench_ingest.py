@@ -26,6 +26,7 @@ BRIDGE = (
     "bridge_shared_uring",
     "bridge_shared_uring_paced",
 )
+BARE = ("native_per_leg_uring_bare", "native_per_leg_uring_paced_bare")
 
 
 def _args(**over: Any) -> argparse.Namespace:
@@ -57,6 +58,15 @@ def test_every_receiver_gets_every_packet(result: dict[str, Any]) -> None:
     for name in NATIVE + BRIDGE:
         r = run[name]
         assert r["latency"]["n"] == r["received"] - 20  # one probation packet per leg
+    for name in BARE:  # the per-leg kernel floor: every datagram counted, none inserted
+        r = run[name]
+        assert "dropped" in r["receiver"] and "io_uring" in r["backend"], r["receiver"]
+        assert r["latency"]["n"] == r["processing"]["n"] == 0
+        assert r["latency"]["p99.9"] is None and r["processing"]["mean"] is None
+        assert run["cpu_ratios"][f"asyncio_per_leg/{name}"]["receiver"] > 0
+        assert r["receiver"].endswith(
+            f"coalesce_us={1000 if 'paced' in name else 0}; CPU = the receiver thread's clock"
+        )
     for name in BRIDGE:  # the bridge's media engine, every leg on its one shared port
         r = run[name]
         assert r["receiver"].startswith("bridge: sip_bridge.media_setup"), r["receiver"]
@@ -90,7 +100,9 @@ def test_every_receiver_has_the_machine_floor_beside_it(result: dict[str, Any]) 
 
 def test_report_names_each_comparison(result: dict[str, Any]) -> None:
     (run,) = result["runs"]
-    assert set(run["cpu_ratios"]) == {f"{b}/{n}" for b in ingest.BASELINES for n in NATIVE + BRIDGE}
+    assert set(run["cpu_ratios"]) == {
+        f"{b}/{n}" for b in ingest.BASELINES for n in NATIVE + BRIDGE + BARE
+    }
     assert {row["receiver"] for row in result["table"]} == set(ingest.RECEIVERS)
     row = next(r for r in result["table"] if r["receiver"] == "native_shared")
     assert (

@@ -69,11 +69,28 @@ def test_cpu_goal_is_the_default_receivers_and_the_note_shows_the_alternatives()
     )
 
 
+def test_the_note_gives_the_per_leg_ceiling_where_the_bare_receiver_ran() -> None:
+    """The per-leg kernel floor (received and dropped) bounds every per-leg receiver's
+    ratio: the note says how far, and a run without it says nothing of it."""
+    doc = _doc(default_cpu=2.4, syscall_p999=14.0)
+    run = doc["runs"][0]
+    assert "kernel floor" not in _ingest(doc).note
+    run["native_per_leg_uring_bare"] = _receiver(1.6, 0.0, 0.0)
+    run["cpu_ratios"] = ingest._ratios(run)
+    row = _ingest(doc)
+    assert (
+        "per-leg kernel floor (native_per_leg_uring_bare) 1.60 µs CPU/pkt, so at most ×3.0 "
+        "vs asyncio_per_leg for any receiver with a socket per leg here" in row.note
+    )
+    assert row.goal_met is False and row.ratio == "×2.0 less CPU/pkt"  # judged as before
+
+
 def test_the_plan_runs_the_receivers_the_row_reads() -> None:
     plan = next(p for p in PLANS if p.name == "ingest")
     for flags in (plan.full, plan.quick):
         rx = flags[flags.index("--receivers") + 1 :]
         assert {"native_per_leg_uring", "asyncio_per_leg"} <= set(rx)
+        assert "native_per_leg_uring_bare" in rx  # the per-leg ceiling of the note
         assert {"native_per_leg_uring_paced", "native_shared_paced", "asyncio_shared"} <= set(rx)
         assert "bridge_shared_paced" in rx  # the product's shared-port path
         assert flags[flags.index("--coalesce-us") + 1] != "0"

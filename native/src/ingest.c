@@ -52,7 +52,8 @@ static int bad_config(const cs_ingest_config *c) {
            c->coalesce_us > 100000 || c->max_sockets > MAX_SOCKETS || c->cpu < -1 ||
            c->cpu >= CPU_SETSIZE || c->rt_priority < 0 || c->rt_priority > 99 ||
            c->backend > CS_INGEST_BACKEND_URING || c->uring_buffers > 32768 ||
-           (c->uring_buffers & (c->uring_buffers - 1)) || c->uring_refuse < 0;
+           (c->uring_buffers & (c->uring_buffers - 1)) || c->uring_refuse < 0 ||
+           c->discard > 1;
 }
 
 /* io_uring when asked for (or auto) and a ring with a provided-buffer ring can be set

@@ -152,6 +152,11 @@ typedef struct {
                               * DEFER_TASKRUN. CQSIZE and R_DISABLED are always added */
     int32_t uring_refuse;    /* > 0: act as if io_uring_setup failed with this errno (tests
                               * of the fallback); 0: off */
+    uint32_t discard;        /* 1: the kernel-receive floor of `bench ingest` (its *_bare
+                              * receivers): every datagram is received as usual and counted
+                              * (datagrams, bytes; a per-leg socket's also in its stream),
+                              * then dropped: no parse, source lock, insert or latency
+                              * sample. 0: off (the bridge never sets it) */
 } cs_ingest_config;
 
 enum {

@@ -188,11 +188,12 @@ class NativeReceiver(Receiver):
         rt_priority: int = 0,
         backend: str = "epoll",
         uring_setup: int = 0,
+        bare: bool = False,
     ) -> None:
         from native.ingest import Ingest
 
         self.streams, self.shared, self.coalesce_us, self.pin = streams, shared, coalesce_us, pin
-        self.rt_priority = rt_priority
+        self.rt_priority, self.bare = rt_priority, bare
         self.ing = Ingest(
             streams,
             batch=batch,
@@ -203,6 +204,7 @@ class NativeReceiver(Receiver):
             rt_priority=rt_priority,
             backend=backend,
             uring_setup=uring_setup,
+            discard=bare,
         )
         self.backend, reason = self.ing.backend()
         if self.backend != backend:
@@ -262,9 +264,15 @@ class NativeReceiver(Receiver):
             if self.backend == "io_uring"
             else "epoll + recvmmsg"
         )
+        work = (
+            "received, counted and dropped (the kernel-receive floor: no parse, source "
+            "lock or jb insert)"
+            if self.bare
+            else "parse + source lock + jb insert"
+        )
         return {
-            "receiver": f"native: C thread, {mode}, {how}, parse + source lock + "
-            f"jb insert, coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
+            "receiver": f"native: C thread, {mode}, {how}, {work}, "
+            f"coalesce_us={self.coalesce_us}; CPU = the receiver thread's clock",
             "backend": self.ing.backend()[1],
             "sched": sched_label(self.sched, self.rt_priority),
             "pull_cpu_us_per_stream_frame": self.pull_cpu_ns
@@ -326,9 +334,9 @@ def ingest_counters_report(ing: Any, counters0: dict[str, Any], backend: str) ->
 def histogram_summary(h: Any, definition: str) -> dict[str, Any]:
     """p50/p90/p99/p99.9 (bucket upper edges: 1 µs below 1 ms, then powers of two) in µs."""
     out: dict[str, Any] = {"definition": definition, "unit": "us", "n": h.count}
-    out["mean"] = h.sum_ns / max(h.count, 1) / 1e3
+    out["mean"] = h.sum_ns / h.count / 1e3 if h.count else None
     for q, key in ((50, "p50"), (90, "p90"), (99, "p99"), (99.9, "p99.9")):
-        out[key] = h.percentile_ns(q) / 1e3
+        out[key] = h.percentile_ns(q) / 1e3 if h.count else None  # none: no NaN in JSON
     out["max"] = h.max_ns / 1e3
     out["negative"] = h.negative
     return out

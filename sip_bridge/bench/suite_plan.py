@@ -126,7 +126,24 @@ def _ingest(d: Doc) -> Row:
         f"background CPU {native['background_cpu_share']:.2f}; latency judged "
         "syscall→buffer (the issue's stamp), kernel stamp→buffer adds the wakeup delay"
         + _floor(native)
-        + _ingest_alternatives(run),
+        + _ingest_alternatives(run)
+        + _per_leg_ceiling(run),
+    )
+
+
+def _per_leg_ceiling(run: Doc) -> str:
+    """'; per-leg kernel floor: N µs CPU/pkt, so at most ×c vs asyncio_per_leg': the bare
+    per-leg receiver (received and dropped, nothing else) of the same run, where it ran."""
+    bare = run.get("native_per_leg_uring_bare")
+    ceiling = (run["cpu_ratios"].get("asyncio_per_leg/native_per_leg_uring_bare") or {}).get(
+        "receiver"
+    )
+    if bare is None or not ceiling:
+        return ""
+    return (
+        f"; per-leg kernel floor (native_per_leg_uring_bare) "
+        f"{bare['cpu_us_per_packet']:.2f} µs CPU/pkt, so at most ×{ceiling:.1f} vs "
+        "asyncio_per_leg for any receiver with a socket per leg here"
     )
 
 
@@ -311,10 +328,12 @@ def _dtmf(d: Doc) -> Row:
 
 # the bridge's default receiver (per-leg, unpaced, io_uring) and its asyncio baseline,
 # judged; paced per-leg and paced shared-port receivers and the shared-port asyncio
-# baseline only for the note (what CALLSHIELD_INGEST_COALESCE_US / one port would buy)
+# baseline only for the note (what CALLSHIELD_INGEST_COALESCE_US / one port would buy),
+# and the per-leg kernel floor (the ceiling of any per-leg receiver's ratio)
 _INGEST_RX = (
     "--coalesce-us 1000 --receivers native_per_leg_uring native_per_leg_uring_paced "
-    "native_shared_paced bridge_shared_paced asyncio_per_leg asyncio_shared"
+    "native_per_leg_uring_bare native_shared_paced bridge_shared_paced asyncio_per_leg "
+    "asyncio_shared"
 )
 
 PLANS: tuple[Plan, ...] = (

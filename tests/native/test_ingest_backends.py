@@ -22,7 +22,7 @@ BACKENDS = ["epoll", "io_uring"]
 PAYLOAD = b"\xff" * 160
 
 
-def _open(backend: str, max_streams: int, **kw: int) -> Ingest:
+def _open(backend: str, max_streams: int, **kw: int | bool) -> Ingest:
     ing = Ingest(max_streams, backend=backend, **kw)  # type: ignore[arg-type]
     name, reason = ing.backend()
     if name != backend:
@@ -147,3 +147,34 @@ def test_refused_io_uring_falls_back_to_epoll(caplog: pytest.LogCaptureFixture) 
         tx.close()
     with pytest.raises(ValueError, match="backend must be one of"):
         Ingest(8, backend="kqueue")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_discard_counts_every_datagram_and_inserts_none(backend: str) -> None:
+    """The kernel-receive floor of ``bench ingest`` (its *_bare receivers): per-leg and
+    shared sockets read as usual, each datagram counted (per leg, per socket and in
+    total, bytes too) and dropped: nothing parsed, locked, inserted or timed."""
+    legs, packets = 6, 25
+    with _open(backend, legs + 1, discard=True) as ing:
+        ids = [ing.add_stream(0) for _ in range(legs)]
+        kid = ing.add_socket(0)
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx.bind(("127.0.0.1", 0))
+        shared = ing.add_stream_shared(kid, expected_source=tx.getsockname())
+        for i, sid in enumerate(ids):
+            _send(tx, ing.local_address(sid), range(packets), 0x100 + i)
+        _send(tx, ing.socket_address(kid), range(packets), 0x200)
+        total = (legs + 1) * packets
+        wait_until(lambda: ing.counters()["datagrams"] >= total, 5.0)
+        g = ing.counters()
+        assert (g["datagrams"], g["bytes"]) == (total, total * (12 + len(PAYLOAD)))
+        assert g["inserted"] == 0 and sum(g["parse_errors"].values()) == 0
+        assert ing.latency().count == ing.processing().count == 0
+        for sid in ids:
+            c = ing.stream_counters(sid)
+            assert c["datagrams"] == packets and c["inserted"] == 0 and sum(c["outcomes"]) == 0
+        # the shared socket's datagrams are its own, no leg's: nothing was demultiplexed
+        assert ing.stream_counters(shared)["datagrams"] == 0
+        assert ing.socket_counters(kid)["datagrams"] == packets
+        assert g["unmatched"] == 0
+        tx.close()
