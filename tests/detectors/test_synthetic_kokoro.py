@@ -31,16 +31,31 @@ def test_voice_names() -> None:
             kokoro.split_voice(bad)
     _, styles = kokoro.assets()
     for s in generators.SYSTEMS:
-        if s.family == "kokoro":
-            assert kokoro.split_voice(s.voice)[0] in styles, s.id
+        if s.family == "kokoro":  # a style, or a blend of styles
+            assert set(kokoro.split_voice(s.voice)[0].split("+")) <= set(styles), s.id
+
+
+def test_a_blend_is_the_mean_of_its_styles() -> None:
+    _, styles = kokoro.assets()
+    one = kokoro.style_table("jm_kumo", styles)
+    assert np.array_equal(one, styles["jm_kumo"])
+    two = kokoro.style_table("jf_alpha+jm_kumo", styles)
+    assert two.shape == one.shape and two.dtype == np.float32
+    np.testing.assert_allclose(two, (styles["jf_alpha"] + styles["jm_kumo"]) / 2, atol=1e-6)
+    assert not np.allclose(two, styles["jf_alpha"]) and not np.allclose(two, one)
+    with pytest.raises(kokoro.KokoroError, match="once"):
+        kokoro.style_table("jm_kumo+jm_kumo", styles)
+    with pytest.raises(kokoro.KokoroError, match="no kokoro style 'af_heart'"):
+        kokoro.style_table("jm_kumo+af_heart", styles)
 
 
 def test_dev_and_test_voices_are_never_trained_on() -> None:
+    """Not alone, and not in a blend either."""
     styles: dict[str, set[str]] = {"train": set(), "dev": set(), "test": set()}
     for s in generators.SYSTEMS:
         if s.family == "kokoro":
             for p in s.parts:
-                styles[p].add(kokoro.split_voice(s.voice)[0])
+                styles[p] |= set(kokoro.split_voice(s.voice)[0].split("+"))
     assert styles["train"] and styles["dev"] and styles["test"]
     assert not styles["train"] & (styles["dev"] | styles["test"])
     assert not styles["dev"] & styles["test"]
@@ -72,9 +87,16 @@ def test_kokoro_training_voices_are_opt_in() -> None:
     assert all(not (s.family == "kokoro" and "train" in s.parts) for s in default)
     kokoro_default = {p for s in default if s.family == "kokoro" for p in s.parts}
     assert kokoro_default == {"dev", "test"}  # dev always holds a neural TTS never trained on
-    everything = generators.selected(("kokoro",))
+    everything = generators.selected(("kokoro", "kokoro-blends"))
     assert {s.id for s in everything} == {s.id for s in generators.SYSTEMS}
     assert {s.id for s in default} < {s.id for s in everything}
+    # the blends are a set of their own: `kokoro` alone brings the five-style voices only
+    plain = {s.id for s in generators.selected(("kokoro",))}
+    blends = {s.id for s in everything} - plain
+    assert len(blends) == 4 and all("+" in s.voice for s in everything if s.id in blends)
+    assert all(s.family == "kokoro" and s.parts == ("train",) for s in everything if s.id in blends)
+    only_blends = {s.id for s in generators.selected(("kokoro-blends",))}
+    assert only_blends == {s.id for s in default} | blends  # the five-style voices stay out
     with pytest.raises(ValueError, match="opt-in"):
         generators.selected(("espeak",))
 
@@ -97,6 +119,10 @@ def test_the_cli_default_recipe_is_aasist_lite_with_the_kokoro_voices() -> None:
     assert models_cli.training_families(args.with_family) == ("kokoro",)
     with pytest.raises(ValueError, match="none cannot be combined"):
         models_cli.training_families(["none", "kokoro"])
+    args = parser.parse_args(
+        ["models", "train-synthetic", "--with-family", "kokoro", "--with-family", "kokoro-blends"]
+    )
+    assert models_cli.training_families(args.with_family) == ("kokoro", "kokoro-blends")
     # the families reach the generator selection as the build uses them
     chosen = generators.selected(models_cli.training_families(None))
     assert any(s.family == "kokoro" and "train" in s.parts for s in chosen)
