@@ -232,9 +232,8 @@ static void finish_batch(cs_ingest *ing, int r, int64_t received) {
     BUMP(g->inserted, inserted);
 }
 
-/* cfg.discard: count a received batch and drop it (the bench's kernel-receive floor).
- * Returns its bytes. */
-static uint64_t discard_batch(cs_ingest *ing, ingest_slot *s, int r) {
+/* cfg.discard: count a received batch and drop it (the bench's kernel-receive floor). */
+static void discard_batch(cs_ingest *ing, ingest_slot *s, int r) {
     uint64_t bytes = 0;
     for (int i = 0; i < r; i++)
         bytes += ing->msgs[i].msg_len;
@@ -244,7 +243,6 @@ static uint64_t discard_batch(cs_ingest *ing, ingest_slot *s, int r) {
     }
     BUMP(ing->counters.datagrams, (uint64_t)r);
     BUMP(ing->counters.bytes, bytes);
-    return bytes;
 }
 
 void rx_process_stream(cs_ingest *ing, ingest_slot *s, int r, int64_t offset, int64_t received) {
@@ -363,16 +361,15 @@ static int run_end(const rx_batch *b, int i, int r) {
 void rx_process_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int r,
                        int64_t offset, int64_t received) {
     rx_batch *b = &ing->batch;
-    if (ing->cfg.discard) { /* the socket's count, no leg's: nothing is demultiplexed */
-        BUMP(k->c.bytes, discard_batch(ing, NULL, r));
-        BUMP(k->c.datagrams, (uint64_t)r);
-        return;
-    }
         uint64_t bytes = 0;
         for (int i = 0; i < r; i++)
             bytes += ing->msgs[i].msg_len;
         BUMP(k->c.datagrams, (uint64_t)r);
         BUMP(k->c.bytes, bytes);
+        if (ing->cfg.discard) { /* the socket's count, no leg's: nothing is demultiplexed */
+            discard_batch(ing, NULL, r);
+            return;
+        }
         demux_batch(ing, k, sock_slot, r, offset, received);
         /* each stream's mutex once per run of its consecutive datagrams */
         for (int i = 0; i < r;) {
