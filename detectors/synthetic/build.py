@@ -41,7 +41,7 @@ from detectors.alert_schema import Dimension, LegRole
 from detectors.eval.metrics import eer
 from detectors.manifest import InputSpec, ModelManifest, OutputSpec
 from detectors.model_store import Installed, ModelStore
-from detectors.synthetic import channel, corpus, dataset, generators, lofo, train
+from detectors.synthetic import channel, corpus, dataset, generators, lofo, neural_vocoder, train
 from detectors.synthetic.dataset import Budget, Clip
 from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 
@@ -351,7 +351,11 @@ def corpus_clips(
     systems = [s for s in generators.selected(with_families) if not quick or s.id in QUICK_SYSTEMS]
     budget = QUICK_BUDGET if quick else Budget()
     tag = f"s{seed}{'-quick' if quick else ''}"  # texts and sources depend on both
-    jobs = dataset.plan(utts, work / f"gen-{tag}", seed, budget, systems)
+    vocoder = None
+    if any(s.family == "neuralvoc" for s in systems):  # trained once, on pinned speakers
+        cfg = neural_vocoder.QUICK if quick else neural_vocoder.VocoderConfig()
+        vocoder = neural_vocoder.ensure(work, utts, cfg, say)
+    jobs = dataset.plan(utts, work / f"gen-{tag}", seed, budget, systems, vocoder)
     failures = dataset.generate(jobs, progress=say)
     return utts, dataset.clips(utts, jobs, seed), failures
 

@@ -40,6 +40,13 @@ class Job:
     seed: int
     text: str | None = None
     source: Path | None = None
+    model: Path | None = None  # a trained vocoder (neuralvoc)
+
+    @property
+    def system_id(self) -> str:
+        """The system, and for a trained vocoder its cache name (the stage cache key
+        sees it: another vocoder means other spoofs)."""
+        return self.system.id if self.model is None else f"{self.system.id}@{self.model.stem}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +78,13 @@ def plan(
     seed: int,
     budget: Budget,
     systems: Sequence[System] = SYSTEMS,
+    vocoder_model: Path | None = None,
 ) -> list[Job]:
     """Generation jobs for every system that can run here (others are logged and left
     out), writing under ``work/<part>/<speaker>/``. TTS texts come from the transcripts
     of the system's own part; vocoders resynthesise bona fide files of their part's
-    speakers. ``work`` must be specific to the seed (the split and the texts depend on it)."""
+    speakers. ``work`` must be specific to the seed (the split and the texts depend on it).
+    ``vocoder_model``: the trained neural vocoder, needed when ``neuralvoc`` is a system."""
     bona = [u for u in corpus if u.label == "bonafide"]
     by_part: dict[Part, list[Utterance]] = defaultdict(list)
     for u in bona:
@@ -86,11 +95,16 @@ def plan(
         if why is not None:
             log.warning("spoof generator %s left out: %s", system.id, why)
             continue
+        model = None
+        if system.family == "neuralvoc":
+            if vocoder_model is None:
+                raise ValueError("the neuralvoc system needs a trained vocoder model")
+            model = vocoder_model
         for part in system.parts:
             rng = np.random.default_rng(_stable(seed, system.id, part))
             pool = by_part[part]
             if system.vocoder:
-                jobs += _vocoder_jobs(system, part, pool, work, rng, budget)
+                jobs += _vocoder_jobs(system, part, pool, work, rng, budget, model)
             else:
                 jobs += _tts_jobs(system, part, pool, work, rng, budget)
     return jobs
@@ -124,6 +138,7 @@ def _vocoder_jobs(
     work: Path,
     rng: np.random.Generator,
     budget: Budget,
+    model: Path | None = None,
 ) -> list[Job]:
     by_speaker: dict[str, list[Utterance]] = defaultdict(list)
     for u in pool:
@@ -139,8 +154,11 @@ def _vocoder_jobs(
     jobs = []
     for u in chosen:
         speaker = f"{system.family}_{u.speaker}"
-        out = work / part / speaker / f"{u.path.stem}.wav"
-        jobs.append(Job(system, part, speaker, out, int(rng.integers(1 << 31)), source=u.path))
+        name = u.path.stem if model is None else f"{u.path.stem}.{model.stem}"
+        out = work / part / speaker / f"{name}.wav"
+        jobs.append(
+            Job(system, part, speaker, out, int(rng.integers(1 << 31)), source=u.path, model=model)
+        )
     return jobs
 
 
@@ -151,7 +169,7 @@ def _run_job(job: Job) -> str | None:
     tmp = job.out.with_suffix(".part.wav")
     try:
         if job.source is not None:
-            generators.vocode(job.system, job.source, tmp, job.seed)
+            generators.vocode(job.system, job.source, tmp, job.seed, job.model)
         else:
             assert job.text is not None
             generators.tts(job.system, job.text, tmp, job.seed)
@@ -212,7 +230,7 @@ def clips(corpus: Sequence[Utterance], jobs: Sequence[Job], seed: int) -> list[C
         out.append(Clip(u.path, 0, part, u.speaker, "bonafide", u.dataset))
     for j in jobs:
         if j.out.is_file():
-            out.append(Clip(j.out, 1, j.part, j.speaker, j.system.family, j.system.id))
+            out.append(Clip(j.out, 1, j.part, j.speaker, j.system.family, j.system_id))
     return out
 
 

@@ -11,7 +11,9 @@ Families and what they stand for:
 - ``world`` (WORLD analysis/synthesis, pyworld), ``griffinlim`` (magnitude STFT,
   phase by Griffin-Lim, librosa), ``lpc`` (order-16 LPC envelope on a pulse/noise
   excitation at the WORLD F0): resynthesis of a bona fide file, so the spoof shares
-  its source speaker's voice, words and recording and differs only by the vocoder.
+  its source speaker's voice, words and recording and differs only by the vocoder;
+- ``neuralvoc`` (``detectors.synthetic.neural_vocoder``): the same, through a small GAN
+  neural vocoder a build trains itself on the speakers pinned to train (opt-in).
 
 A ``System`` (family + voice) is assigned to parts: TTS systems to fixed parts (so dev
 and test hold voices never trained on), vocoders to the part of the source speaker.
@@ -37,12 +39,12 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.eval.audio import read_audio, resample
-from detectors.synthetic import kokoro
+from detectors.synthetic import kokoro, neural_vocoder
 from detectors.synthetic.corpus import Part
 
 FloatArray = npt.NDArray[np.float32]
 TTS_FAMILIES = ("espeak", "flite", "festival", "piper", "kokoro")
-VOCODER_FAMILIES = ("world", "griffinlim", "lpc")
+VOCODER_FAMILIES = ("world", "griffinlim", "lpc", "neuralvoc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,11 @@ SYSTEMS: tuple[System, ...] = (
     System("world", "dio", ("train", "dev", "test")),
     System("griffinlim", "gl32", ("train", "dev", "test")),
     System("lpc", "order16", ("dev", "test")),
+    # neural copy-synthesis of training speakers' files through our own GAN vocoder
+    # (neural_vocoder: trained on the pinned training speakers only), opt-in, train only:
+    # dev and test keep the default recipe's files, so a build with it is judged on the
+    # same dev and test as one without
+    System("neuralvoc", "mel64", ("train",)),
 )
 
 # Families whose training systems a build uses only when asked (``--with-family``):
@@ -136,7 +143,9 @@ SYSTEMS: tuple[System, ...] = (
 # card); build() and this function keep it opt-in, so the Python API's recipe is unchanged.
 # `kokoro-blends` (2026-12-07): four blends of the Kokoro training styles, measured at two
 # seeds against the default recipe (docs/models/synthetic_voice.md, "Kokoro style blends").
-OPT_IN_TRAINING = ("kokoro", "kokoro-blends")
+# `neuralvoc` (2026-12-07): copy-synthesis through a neural vocoder we train
+# (docs/models/synthetic_voice.md, "A neural vocoder of our own").
+OPT_IN_TRAINING = ("kokoro", "kokoro-blends", "neuralvoc")
 
 
 def selected(with_families: tuple[str, ...] = ()) -> list[System]:
@@ -190,8 +199,11 @@ def available(system: System) -> str | None:
             kokoro.assets()
         elif system.family in ("world", "lpc"):
             _pyworld()
-        elif system.family == "griffinlim":
+        elif system.family in ("griffinlim", "neuralvoc"):
             import librosa  # noqa: F401
+
+            if system.family == "neuralvoc":
+                import torch  # noqa: F401
     except (GeneratorError, kokoro.KokoroError, ImportError) as exc:
         return str(exc)
     return None
@@ -313,8 +325,18 @@ def _f0(x: npt.NDArray[np.float64], rate: int) -> tuple[Any, Any]:
     return pw.stonemask(x, f0, t, rate), t
 
 
-def vocode(system: System, source: Path, out: Path, seed: int) -> None:
-    """Resynthesise ``source`` with the vocoder ``system`` into ``out``."""
+def vocode(system: System, source: Path, out: Path, seed: int, model: Path | None = None) -> None:
+    """Resynthesise ``source`` with the vocoder ``system`` into ``out`` (``model``: the
+    trained network's state dict, for ``neuralvoc``)."""
+    if system.family == "neuralvoc":
+        if model is None:
+            raise GeneratorError("neuralvoc needs its trained vocoder (neural_vocoder.ensure)")
+        x8 = neural_vocoder.load_8k(source)
+        y8 = neural_vocoder.copy_synthesis(model, x8).astype(np.float64)
+        peak = float(np.max(np.abs(y8))) or 1.0
+        level = float(np.max(np.abs(x8))) or 0.5
+        _write(out, (y8 / peak * min(level, 0.95)).astype(np.float32), neural_vocoder.RATE)
+        return
     x, rate = read_audio(source)
     if rate > 16000:
         x, rate = resample(x, rate, 16000), 16000

@@ -41,7 +41,13 @@ UNIT = RATE // 400  # 2.5 ms
 WIDE_CHANNEL_VERSION = 1  # bump when channel.augment(wide=True) changes (stage-2 cache key)
 CODEC_AUG_VERSION = 1  # bump when the codec step (channel.augment codec_aug, lossy) changes
 RAWBOOST_VERSION = 1  # bump when the RawBoost step (channel.augment rawboost) changes
-FAMILY_WEIGHT = {"world": 2.0, "griffinlim": 2.0, "piper": 2.0, "kokoro": 2.0}
+FAMILY_WEIGHT = {
+    "world": 2.0,
+    "griffinlim": 2.0,
+    "piper": 2.0,
+    "kokoro": 2.0,
+    "neuralvoc": 2.0,  # neural resynthesis (opt-in)
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,8 +87,10 @@ def test_kokoro_training_voices_are_opt_in() -> None:
     assert all(not (s.family == "kokoro" and "train" in s.parts) for s in default)
     kokoro_default = {p for s in default if s.family == "kokoro" for p in s.parts}
     assert kokoro_default == {"dev", "test"}  # dev always holds a neural TTS never trained on
+    every_opt_in = generators.selected(generators.OPT_IN_TRAINING)
+    assert {s.id for s in every_opt_in} == {s.id for s in generators.SYSTEMS}
     everything = generators.selected(("kokoro", "kokoro-blends"))
-    assert {s.id for s in everything} == {s.id for s in generators.SYSTEMS}
+    assert {s.family for s in every_opt_in} - {s.family for s in everything} == {"neuralvoc"}
     assert {s.id for s in default} < {s.id for s in everything}
     # the blends are a set of their own: `kokoro` alone brings the five-style voices only
     plain = {s.id for s in generators.selected(("kokoro",))}
