@@ -132,7 +132,7 @@ SYSTEMS: tuple[System, ...] = (
     # (neural_vocoder: trained on the pinned training speakers only), opt-in, train only:
     # dev and test keep the default recipe's files, so a build with it is judged on the
     # same dev and test as one without
-    System("neuralvoc", "mel64", ("train",)),
+    System("neuralvoc", "nsf-mel64", ("train",)),
 )
 
 # Families whose training systems a build uses only when asked (``--with-family``):

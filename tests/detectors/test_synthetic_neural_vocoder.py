@@ -81,7 +81,7 @@ def test_plan_resynthesises_training_speakers_and_keeps_dev_and_test(tmp_path: P
     assert nv and {j.part for j in nv} == {"train"}
     assert all(j.source is not None and part_of(owners[j.source], SEED) == "train" for j in nv)
     assert all(j.model == model and j.out.name.endswith(".vocoder-abc123.wav") for j in nv)
-    assert {j.system_id for j in nv} == {"neuralvoc_mel64@vocoder-abc123"}
+    assert {j.system_id for j in nv} == {"neuralvoc_nsf-mel64@vocoder-abc123"}
     with pytest.raises(ValueError, match="trained vocoder"):
         dataset.plan(utts, Path("/w"), SEED, Budget(), with_nv)
 
@@ -137,3 +137,33 @@ def test_ensure_trains_once_and_copy_synthesis_keeps_length_and_level(
     assert abs(float(np.max(np.abs(y))) - min(float(np.max(np.abs(x))), 0.95)) < 2e-3
     with pytest.raises(generators.GeneratorError, match="trained vocoder"):
         generators.vocode(_neuralvoc(), prompts[0], tmp_path / "no.wav", seed=0)
+
+
+def test_f0_frames_follow_the_mel_frames_and_find_the_voice(prompts: list[Path]) -> None:
+    x = neural_vocoder.load_8k(prompts[0])
+    f0 = neural_vocoder.f0_frames(x)
+    assert f0.shape == (len(x) // neural_vocoder.HOP + 1,)
+    voiced = f0[f0 > 0]
+    assert 0.2 < len(voiced) / len(f0) < 0.95  # a spoken prompt: voiced and unvoiced frames
+    assert 120 < float(np.median(voiced)) < 300  # Allison Smith's voice
+
+
+def test_the_excitation_carries_the_f0_where_voiced_and_noise_where_not() -> None:
+    torch = pytest.importorskip("torch", reason="the convert extra (torch) is not installed")
+    _, gen_cls, _ = neural_vocoder._nets()
+    gen = gen_cls(16, 4).eval()
+    frames = 100  # one second
+    f0 = torch.zeros(1, frames)
+    f0[0, :50] = 200.0
+    with torch.no_grad():
+        src = gen.source(f0)[0, 0].numpy()
+    assert src.shape == (frames * neural_vocoder.HOP,)
+    half = len(src) // 2
+    hz = np.fft.rfftfreq(half, 1 / neural_vocoder.RATE)
+    band = hz > 50  # above the learnt mix's offset
+    spectrum = np.abs(np.fft.rfft(src[:half] * np.hanning(half)))[band]
+    peak = float(hz[band][np.argmax(spectrum)])
+    assert abs(peak / 200.0 - round(peak / 200.0)) < 0.05  # a harmonic of the F0
+    assert spectrum.max() > 10 * np.median(spectrum)
+    unvoiced = np.abs(np.fft.rfft(src[half:] * np.hanning(half)))[band]
+    assert unvoiced.max() < 10 * np.median(unvoiced)  # flat: no line
