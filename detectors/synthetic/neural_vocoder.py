@@ -372,9 +372,13 @@ def copy_synthesis(model: Path, x: FloatArray) -> FloatArray:
     import torch
 
     mel_spec_cls, _, _ = _nets()
-    torch.set_num_threads(1)
-    with torch.no_grad():
-        t = torch.from_numpy(np.ascontiguousarray(x, np.float32))[None]
-        f0 = torch.from_numpy(f0_frames(x))[None]
-        y = _generator(model)(mel_spec_cls()(t), f0)[0, : len(x)].numpy()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # generation runs one file per worker process
+    try:
+        with torch.no_grad():
+            t = torch.from_numpy(np.ascontiguousarray(x, np.float32))[None]
+            f0 = torch.from_numpy(f0_frames(x))[None]
+            y = _generator(model)(mel_spec_cls()(t), f0)[0, : len(x)].numpy()
+    finally:
+        torch.set_num_threads(threads)
     return np.asarray(y, np.float32)

@@ -129,7 +129,10 @@ def test_ensure_trains_once_and_copy_synthesis_keeps_length_and_level(
     assert neural_vocoder.ensure(tmp_path, utts, neural_vocoder.QUICK, said.append) == path
     assert said == []  # cached: not trained again
     out = tmp_path / "spoof.wav"
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
     generators.vocode(_neuralvoc(), prompts[0], out, seed=0, model=path)
+    assert torch.get_num_threads() == threads  # the caller's setting is left alone
     y, rate = soundfile.read(str(out), dtype="float32")
     x = neural_vocoder.load_8k(prompts[0])
     assert rate == neural_vocoder.RATE and len(y) == len(x)
