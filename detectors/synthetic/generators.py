@@ -143,7 +143,8 @@ SYSTEMS: tuple[System, ...] = (
 # card); build() and this function keep it opt-in, so the Python API's recipe is unchanged.
 # `kokoro-blends` (2026-12-07): four blends of the Kokoro training styles, measured at two
 # seeds against the default recipe (docs/models/synthetic_voice.md, "Kokoro style blends").
-# `neuralvoc` (2026-12-07): copy-synthesis through a neural vocoder we train
+# `neuralvoc` (2026-12-07): copy-synthesis through a neural vocoder we train, measured at
+# two seeds: worse on every figure with the vocoder this box can train
 # (docs/models/synthetic_voice.md, "A neural vocoder of our own").
 OPT_IN_TRAINING = ("kokoro", "kokoro-blends", "neuralvoc")
 
