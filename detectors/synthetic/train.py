@@ -41,13 +41,14 @@ UNIT = RATE // 400  # 2.5 ms
 WIDE_CHANNEL_VERSION = 1  # bump when channel.augment(wide=True) changes (stage-2 cache key)
 CODEC_AUG_VERSION = 1  # bump when the codec step (channel.augment codec_aug, lossy) changes
 RAWBOOST_VERSION = 1  # bump when the RawBoost step (channel.augment rawboost) changes
-FAMILY_WEIGHT = {
-    "world": 2.0,
-    "griffinlim": 2.0,
-    "piper": 2.0,
-    "kokoro": 2.0,
-    "neuralvoc": 2.0,  # neural resynthesis (opt-in)
-}
+FAMILY_WEIGHT = {"world": 2.0, "griffinlim": 2.0, "piper": 2.0, "kokoro": 2.0}
+# opt-in families added since: in a stage's cache key only when trained on, so that the
+# keys of builds without them stay as they were (cached state dicts)
+OPT_IN_FAMILY_WEIGHT = {"neuralvoc": 2.0}  # neural resynthesis
+
+
+def family_weight(family: str) -> float:
+    return FAMILY_WEIGHT.get(family, OPT_IN_FAMILY_WEIGHT.get(family, 1.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +132,7 @@ def sampling_weights(train: Sequence[Clip]) -> tuple[FloatArray, FloatArray]:
     per_family = Counter(c.family for c in train if c.label == 1)
     bona = np.array([1 / np.sqrt(per_speaker[c.speaker]) if c.label == 0 else 0.0 for c in train])
     spoof = np.array(
-        [
-            FAMILY_WEIGHT.get(c.family, 1.0) / per_family[c.family] if c.label == 1 else 0.0
-            for c in train
-        ]
+        [family_weight(c.family) / per_family[c.family] if c.label == 1 else 0.0 for c in train]
     )
     if not bona.sum() or not spoof.sum():
         raise ValueError("training needs both bona fide and spoof clips")
@@ -234,6 +232,10 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
     fields: tuple[object, ...] = (cfg.windows, cfg.epochs, cfg.batch, cfg.lr, cfg.weight_decay)
     if systems:
         fields += (tuple(sorted(set(systems))), tuple(sorted(FAMILY_WEIGHT.items())))
+        trained = {s.split("_", 1)[0] for s in systems}
+        opt_in = sorted((f, w) for f, w in OPT_IN_FAMILY_WEIGHT.items() if f in trained)
+        if opt_in:
+            fields += (tuple(opt_in),)
     if cfg.codec_aug:  # keys without it stay as they were (cached state dicts)
         fields += ("codec_aug", CODEC_AUG_VERSION)
     if cfg.rawboost:

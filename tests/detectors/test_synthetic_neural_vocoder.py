@@ -7,6 +7,7 @@ tiny vocoder on real Asterisk prompts (torch, the convert extra, as in CI)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,20 @@ def test_plan_resynthesises_training_speakers_and_keeps_dev_and_test(tmp_path: P
     assert {j.system_id for j in nv} == {"neuralvoc_nsf-mel64@vocoder-abc123"}
     with pytest.raises(ValueError, match="trained vocoder"):
         dataset.plan(utts, Path("/w"), SEED, Budget(), with_nv)
+
+
+def test_stage_keys_of_builds_without_it_are_unchanged() -> None:
+    systems = ["espeak_en-us", "griffinlim_gl32", "kokoro_jf-alpha-en-us"]
+    cfg = train.TrainConfig()
+    fields: tuple[object, ...] = (cfg.windows, cfg.epochs, cfg.batch, cfg.lr, cfg.weight_decay)
+    weights = {"world": 2.0, "griffinlim": 2.0, "piper": 2.0, "kokoro": 2.0}  # before it
+    fields += (tuple(sorted(set(systems))), tuple(sorted(weights.items())))
+    before = hashlib.sha256(repr(fields).encode()).hexdigest()[:10]
+    assert train.stage_key(cfg, 1, systems) == before  # cached default builds stay valid
+    with_nv = [*systems, "neuralvoc_nsf-mel64@vocoder-abc"]
+    assert train.stage_key(cfg, 1, with_nv) != before
+    assert train.family_weight("neuralvoc") == train.family_weight("griffinlim") == 2.0
+    assert train.family_weight("espeak") == 1.0
 
 
 def test_another_vocoder_is_another_training_set_for_the_stage_cache() -> None:
