@@ -4,7 +4,7 @@ spoof family, copy-synthesis of bona fide speech through a network.
 Why: the spoofs a build trains on hold one neural waveform generator per TTS family
 (piper's VITS decoder, Kokoro's iSTFTNet) and no neural *resynthesis* of real speech,
 yet every modern generator ends in a neural vocoder. Training a countermeasure on real
-speech passed through neural vocoders (copy-synthesis) is the published way to teach
+speech passed through neural vocoders (copy-synthesis) is a published way to teach
 it their artefacts without the TTS front ends (Wang & Yamagishi, ICASSP 2023; see
 shared/research/detector-notes.md). No pretrained vocoder weights are reachable offline,
 so we train one here, HiFi-GAN-shaped and small, at 8 kHz.
@@ -16,8 +16,9 @@ so we train one here, HiFi-GAN-shaped and small, at 8 kHz.
   F0 (WORLD); output: 8 kHz audio, upsampled 5 x 4 x 4 by transposed convolutions with
   multi-receptive-field residual blocks (HiFi-GAN's generator, narrower), with a harmonic
   excitation of the F0 fed into every stage (the neural source-filter idea, as in
-  NSF-HiFi-GAN): without it, 3,000 steps left the harmonics unlearnt (measured: the model
-  card, "A neural vocoder of our own").
+  NSF-HiFi-GAN): without it, 3,000 steps learnt no harmonics at all; with it, the low
+  ones. Either is far from a modern vocoder, and a detector trained on its copies was
+  worse on every figure (measured: the model card, "A neural vocoder of our own").
 - Loss: mel L1 alone for ``warmup`` steps, then least-squares GAN against multi-period
   (2, 3, 5) and one multi-scale discriminator, plus feature matching (HiFi-GAN's weights).
 - Cached in the build's work folder under a digest of its settings and training files.
