@@ -229,13 +229,16 @@ class ImpairRelay:
                     tiebreak += 1
             while queue and queue[0][0] <= now:
                 _, _, index, datagram = heapq.heappop(queue)
+                # logged before the send: a receiver can count a datagram before this
+                # thread runs again, and must never see one that the log lacks
+                with self._lock:
+                    self.sent_log.append(index)
                 try:
                     self._sock.sendto(datagram, self.forward)
                 except OSError as exc:
+                    with self._lock:
+                        self.sent_log.pop()  # this thread's own entry: the only appender
                     log.debug("impair relay send failed: %s", exc)
-                    continue
-                with self._lock:
-                    self.sent_log.append(index)
 
 
 def _address(text: str) -> tuple[str, int]:
