@@ -329,20 +329,18 @@ def _f0(x: npt.NDArray[np.float64], rate: int) -> tuple[Any, Any]:
 def vocode(system: System, source: Path, out: Path, seed: int, model: Path | None = None) -> None:
     """Resynthesise ``source`` with the vocoder ``system`` into ``out`` (``model``: the
     trained network's state dict, for ``neuralvoc``)."""
-    if system.family == "neuralvoc":
+    if system.family == "neuralvoc":  # the vocoder's own rate
         if model is None:
             raise GeneratorError("neuralvoc needs its trained vocoder (neural_vocoder.ensure)")
-        x8 = neural_vocoder.load_8k(source)
-        y8 = neural_vocoder.copy_synthesis(model, x8).astype(np.float64)
-        peak = float(np.max(np.abs(y8))) or 1.0
-        level = float(np.max(np.abs(x8))) or 0.5
-        _write(out, (y8 / peak * min(level, 0.95)).astype(np.float32), neural_vocoder.RATE)
-        return
-    x, rate = read_audio(source)
-    if rate > 16000:
-        x, rate = resample(x, rate, 16000), 16000
+        x, rate = neural_vocoder.load_8k(source), neural_vocoder.RATE
+    else:
+        x, rate = read_audio(source)
+        if rate > 16000:
+            x, rate = resample(x, rate, 16000), 16000
     xd = x.astype(np.float64)
-    if system.family == "world":
+    if model is not None and system.family == "neuralvoc":
+        y = neural_vocoder.copy_synthesis(model, x).astype(np.float64)
+    elif system.family == "world":
         pw = _pyworld()
         f0, t = _f0(xd, rate)
         sp = pw.cheaptrick(xd, f0, t, rate)

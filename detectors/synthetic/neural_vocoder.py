@@ -39,10 +39,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from detectors.eval.audio import read_audio, resample
+from detectors.eval.audio import read_audio
+from detectors.synthetic import channel
 
 FloatArray = npt.NDArray[np.float32]
-RATE = 8000
+RATE = channel.RATE  # 8 kHz, the telephone channel's
 N_FFT = 256
 HOP = 80  # 10 ms; the generator upsamples by UPSAMPLE's product
 N_MELS = 64
@@ -71,9 +72,7 @@ def cache_key(cfg: VocoderConfig, files: Sequence[Path]) -> str:
 
 
 def load_8k(path: Path) -> FloatArray:
-    x, rate = read_audio(path)
-    x = x.astype(np.float32)
-    return resample(x, rate, RATE).astype(np.float32) if rate != RATE else x
+    return channel.to_8k(*read_audio(path))
 
 
 def f0_frames(x: FloatArray) -> FloatArray:

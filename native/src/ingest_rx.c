@@ -232,11 +232,16 @@ static void finish_batch(cs_ingest *ing, int r, int64_t received) {
     BUMP(g->inserted, inserted);
 }
 
-/* cfg.discard: count a received batch and drop it (the bench's kernel-receive floor). */
-static void discard_batch(cs_ingest *ing, ingest_slot *s, int r) {
+static uint64_t batch_bytes(const cs_ingest *ing, int r) {
     uint64_t bytes = 0;
     for (int i = 0; i < r; i++)
         bytes += ing->msgs[i].msg_len;
+    return bytes;
+}
+
+/* cfg.discard: count a received batch of ``bytes`` and drop it (the bench's
+ * kernel-receive floor). */
+static void discard_batch(cs_ingest *ing, ingest_slot *s, int r, uint64_t bytes) {
     if (s) {
         s->c.datagrams += (uint64_t)r;
         s->c.bytes += bytes;
@@ -247,7 +252,7 @@ static void discard_batch(cs_ingest *ing, ingest_slot *s, int r) {
 
 void rx_process_stream(cs_ingest *ing, ingest_slot *s, int r, int64_t offset, int64_t received) {
     if (ing->cfg.discard) {
-        discard_batch(ing, s, r);
+        discard_batch(ing, s, r, batch_bytes(ing, r));
         return;
     }
     int32_t id = MAKE_ID(s->gen, s - ing->streams);
@@ -361,13 +366,11 @@ static int run_end(const rx_batch *b, int i, int r) {
 void rx_process_shared(cs_ingest *ing, shared_socket *k, uint16_t sock_slot, int r,
                        int64_t offset, int64_t received) {
     rx_batch *b = &ing->batch;
-        uint64_t bytes = 0;
-        for (int i = 0; i < r; i++)
-            bytes += ing->msgs[i].msg_len;
+        uint64_t bytes = batch_bytes(ing, r);
         BUMP(k->c.datagrams, (uint64_t)r);
         BUMP(k->c.bytes, bytes);
         if (ing->cfg.discard) { /* the socket's count, no leg's: nothing is demultiplexed */
-            discard_batch(ing, NULL, r);
+            discard_batch(ing, NULL, r, bytes);
             return;
         }
         demux_batch(ing, k, sock_slot, r, offset, received);
