@@ -339,7 +339,7 @@ def vocode(system: System, source: Path, out: Path, seed: int, model: Path | Non
             x, rate = resample(x, rate, 16000), 16000
     xd = x.astype(np.float64)
     if model is not None and system.family == "neuralvoc":
-        y = neural_vocoder.copy_synthesis(model, x).astype(np.float64)
+        y = neural_vocoder.copy_synthesis(model, x, seed).astype(np.float64)
     elif system.family == "world":
         pw = _pyworld()
         f0, t = _f0(xd, rate)

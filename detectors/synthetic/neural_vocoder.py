@@ -143,7 +143,7 @@ def _nets() -> Any:
             self.harmonics = harmonics
             self.mix = nn.Linear(harmonics + 1, 1)
 
-        def forward(self, f0: Any) -> Any:  # (B, F) frames -> (B, 1, F * HOP) samples
+        def forward(self, f0: Any, rng: Any = None) -> Any:  # (B, F) -> (B, 1, F * HOP)
             f = torch.repeat_interleave(f0, HOP, dim=1)
             k = torch.arange(1, self.harmonics + 1, dtype=f.dtype)
             fk = f[..., None] * k  # (B, T, H)
@@ -152,7 +152,8 @@ def _nets() -> Any:
                 phase = phase + 2 * torch.pi * torch.rand(f.shape[0], 1, self.harmonics)
             voiced = (f > 0).to(f.dtype)[..., None]
             sines = 0.1 * torch.sin(phase) * voiced * (fk < RATE / 2).to(f.dtype)
-            noise = torch.randn_like(sines[..., :1]) * (0.003 * voiced + 0.033 * (1 - voiced))
+            draw = torch.randn(sines[..., :1].shape, generator=rng, dtype=f.dtype)
+            noise = draw * (0.003 * voiced + 0.033 * (1 - voiced))
             x = torch.cat([sines + noise, noise], dim=-1)
             return torch.tanh(self.mix(x)).transpose(1, 2)
 
@@ -186,8 +187,8 @@ def _nets() -> Any:
                 )
             self.post = weight_norm(nn.Conv1d(ch, 1, 7, padding=3))
 
-        def forward(self, mel: Any, f0: Any) -> Any:  # (B, N_MELS, F), (B, F) -> (B, F * HOP)
-            src = self.source(f0)
+        def forward(self, mel: Any, f0: Any, rng: Any = None) -> Any:  # -> (B, F * HOP)
+            src = self.source(f0, rng)  # rng: the excitation noise's torch.Generator
             x = self.pre(mel)
             for up, blocks, tap in zip(self.ups, self.mrf, self.taps, strict=True):
                 x = up(lrelu(x)) + tap(src)
@@ -366,9 +367,10 @@ def _generator(path: Path) -> Any:
     return gen.eval()
 
 
-def copy_synthesis(model: Path, x: FloatArray) -> FloatArray:
+def copy_synthesis(model: Path, x: FloatArray, seed: int) -> FloatArray:
     """``x`` (8 kHz) through the vocoder at ``model``: the same words, voice and level,
-    every sample regenerated from the mel spectrogram."""
+    every sample regenerated from the mel spectrogram; ``seed`` draws the excitation's
+    noise, so the copy is a function of it (as every generator's output is of its seed)."""
     import torch
 
     mel_spec_cls, _, _ = _nets()
@@ -378,7 +380,8 @@ def copy_synthesis(model: Path, x: FloatArray) -> FloatArray:
         with torch.no_grad():
             t = torch.from_numpy(np.ascontiguousarray(x, np.float32))[None]
             f0 = torch.from_numpy(f0_frames(x))[None]
-            y = _generator(model)(mel_spec_cls()(t), f0)[0, : len(x)].numpy()
+            rng = torch.Generator().manual_seed(seed)
+            y = _generator(model)(mel_spec_cls()(t), f0, rng)[0, : len(x)].numpy()
     finally:
         torch.set_num_threads(threads)
     return np.asarray(y, np.float32)

@@ -153,6 +153,12 @@ def test_ensure_trains_once_and_copy_synthesis_keeps_length_and_level(
     assert rate == neural_vocoder.RATE and len(y) == len(x)
     assert np.all(np.isfinite(y)) and not np.allclose(y, x, atol=1e-3)
     assert abs(float(np.max(np.abs(y))) - min(float(np.max(np.abs(x))), 0.95)) < 2e-3
+    again, other = tmp_path / "again.wav", tmp_path / "other.wav"
+    generators.vocode(_neuralvoc(), prompts[0], other, seed=1, model=path)
+    generators.vocode(_neuralvoc(), prompts[0], again, seed=0, model=path)
+    first = soundfile.read(str(out))[0]
+    assert np.array_equal(soundfile.read(str(again))[0], first)  # a function of its seed
+    assert not np.array_equal(soundfile.read(str(other))[0], first)  # which draws the noise
     with pytest.raises(generators.GeneratorError, match="trained vocoder"):
         generators.vocode(_neuralvoc(), prompts[0], tmp_path / "no.wav", seed=0)
 
