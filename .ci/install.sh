@@ -49,6 +49,9 @@ APT_PACKAGES=(
     festvox-us-slt-hts
     festvox-kallpc16k
     asterisk-core-sounds-en-wav
+    asterisk-core-sounds-fr-wav
+    asterisk-core-sounds-it-wav
+    asterisk-prompt-it-menardi-wav
     kamailio
     kubectl
     chromium

@@ -153,6 +153,14 @@ def add_parser(sub: Any, name: str) -> None:
         "always generated (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
+        "--with-bonafide",
+        action="append",
+        choices=["debian-ivr"],
+        help="more bona fide speakers, pinned to train: debian-ivr, the French and Italian "
+        "IVR voices of Debian's Asterisk prompt packages (three people, 32 files each; "
+        "docs/models/synthetic_voice.md)",
+    )
+    p.add_argument(
         "--arch",
         choices=["cnn", "aasist", "cnn-phase", "aasist-lite"],
         default=DEFAULT_ARCH,
@@ -301,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
             codec_aug=args.codec_aug,
             rawboost=args.rawboost,
             loss=args.loss,
+            with_bonafide=tuple(dict.fromkeys(args.with_bonafide or ())),
             windows=args.windows,
             epochs=args.epochs,
         )

@@ -41,7 +41,16 @@ from detectors.alert_schema import Dimension, LegRole
 from detectors.eval.metrics import eer
 from detectors.manifest import InputSpec, ModelManifest, OutputSpec
 from detectors.model_store import Installed, ModelStore
-from detectors.synthetic import channel, corpus, dataset, generators, lofo, neural_vocoder, train
+from detectors.synthetic import (
+    channel,
+    corpus,
+    dataset,
+    generators,
+    ivr_voices,
+    lofo,
+    neural_vocoder,
+    train,
+)
 from detectors.synthetic.dataset import Budget, Clip
 from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 
@@ -342,10 +351,12 @@ def corpus_clips(
     quick: bool,
     with_families: tuple[str, ...],
     say: Any,
+    with_bonafide: tuple[str, ...] = (),
 ) -> tuple[list[corpus.Utterance], list[Clip], list[str]]:
-    """The corpus, every clip of the seed's split (bona fide and the spoofs, generated
-    into ``WORK/gen-s<seed>`` or found there) and the generation failures."""
-    utts = corpus.load_corpus(speech_dir)
+    """The corpus (and the ``with_bonafide`` sets' speakers), every clip of the seed's
+    split (bona fide and the spoofs, generated into ``WORK/gen-s<seed>`` or found there)
+    and the generation failures."""
+    utts = corpus.load_corpus(speech_dir) + ivr_voices.load(with_bonafide)
     if quick:
         utts = dataset.subset(utts, seed, per_part=3)
     systems = [s for s in generators.selected(with_families) if not quick or s.id in QUICK_SYSTEMS]
@@ -374,12 +385,15 @@ def build(
     codec_aug: bool = False,
     rawboost: bool = False,
     loss: str = "bce",
+    with_bonafide: tuple[str, ...] = (),
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     if arch not in NAMES:
         raise BuildError(f"unknown architecture {arch!r} (one of {', '.join(NAMES)})")
     started = time.monotonic()
-    utts, all_clips, failures = corpus_clips(speech_dir, work, seed, quick, with_families, say)
+    utts, all_clips, failures = corpus_clips(
+        speech_dir, work, seed, quick, with_families, say, with_bonafide
+    )
     held: list[Clip] = []
     if hold_out is not None:  # its own work folder: no cache of a build that saw it
         all_clips, held = lofo.split(all_clips, hold_out)
@@ -410,13 +424,14 @@ def build(
     t0 = time.monotonic()
     suffix = f"s{seed}{'-quick' if quick else ''}{'' if arch == 'cnn' else '-' + arch}"
     trained = [c.system for c in parts["train"] if c.label == 1]
-    cached = work / f"model-{suffix}-stage1-{train.stage_key(cfg, 1, trained)}.pt"
+    added = ivr_voices.added_speakers(utts)  # pinned to train
+    cached = work / f"model-{suffix}-stage1-{train.stage_key(cfg, 1, trained, added)}.pt"
     model, losses = _stage(cached, say, arch, cfg.loss)
     if model is None:
         model, losses = train.train(windows, labels, cfg, seed, say)
         torch.save(model.state_dict(), cached)
     if cfg.stage2_windows:
-        cached = work / f"model-{suffix}-stage2-{train.stage_key(cfg, 2, trained)}.pt"
+        cached = work / f"model-{suffix}-stage2-{train.stage_key(cfg, 2, trained, added)}.pt"
         final, more = _stage(cached, say, arch, cfg.loss)
         if final is None:
             w2, l2 = train.draw_windows(
@@ -549,6 +564,7 @@ def run_cli(
     codec_aug: bool = False,
     rawboost: bool = False,
     loss: str = "bce",
+    with_bonafide: tuple[str, ...] = (),
     windows: int | None = None,
     epochs: int | None = None,
 ) -> int:
@@ -577,6 +593,7 @@ def run_cli(
             codec_aug=codec_aug,
             rawboost=rawboost,
             loss=loss,
+            with_bonafide=with_bonafide,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

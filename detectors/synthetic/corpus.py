@@ -35,6 +35,11 @@ PINNED: dict[str, Part] = {
     "osr_us_000_0034": "dev",
     # a second, unseen IVR voice (50 Russian prompts): false alarms on studio IVR speech.
     "asterisk_ru_ivrvoice": "test",
+    # the opt-in IVR voices of Debian's fr / it prompt packages (ivr_voices,
+    # --with-bonafide debian-ivr): train only, so dev and test stay those of every build
+    "asterisk_fr_ca_june": "train",
+    "asterisk_it_carlo": "train",
+    "asterisk_it_menardi": "train",
 }
 
 

@@ -25,6 +25,7 @@ from detectors.synthetic import generators
 from detectors.synthetic.channel import to_8k
 from detectors.synthetic.corpus import Part, Utterance, part_of
 from detectors.synthetic.generators import SYSTEMS, System
+from detectors.synthetic.ivr_voices import DATASET_PREFIX as ADDED_PREFIX
 
 log = logging.getLogger(__name__)
 FloatArray = npt.NDArray[np.float32]
@@ -87,8 +88,10 @@ def plan(
     ``vocoder_model``: the trained neural vocoder, needed when ``neuralvoc`` is a system."""
     bona = [u for u in corpus if u.label == "bonafide"]
     by_part: dict[Part, list[Utterance]] = defaultdict(list)
+    added: dict[Part, list[Utterance]] = defaultdict(list)  # --with-bonafide's speakers
     for u in bona:
-        by_part[part_of(u.speaker, seed)].append(u)
+        into = added if u.dataset.startswith(ADDED_PREFIX) else by_part
+        into[part_of(u.speaker, seed)].append(u)
     jobs: list[Job] = []
     for system in systems:
         why = generators.available(system)
@@ -105,6 +108,9 @@ def plan(
             pool = by_part[part]
             if system.vocoder:
                 jobs += _vocoder_jobs(system, part, pool, work, rng, budget, model)
+                if added[part]:  # their own draws: the other jobs stay as without them
+                    more = np.random.default_rng(_stable(seed, system.id, part, "added"))
+                    jobs += _vocoder_jobs(system, part, added[part], work, more, budget, model)
             else:
                 jobs += _tts_jobs(system, part, pool, work, rng, budget)
     return jobs

@@ -224,10 +224,15 @@ def train(
     return model, losses
 
 
-def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
+def stage_key(
+    cfg: TrainConfig, stage: int, systems: Sequence[str] = (), bonafide: Sequence[str] = ()
+) -> str:
     """A short digest of the settings a stage's weights depend on (its cache key):
-    ``systems``, the training spoof systems, so that adding a generator retrains."""
+    ``systems``, the training spoof systems, so that adding a generator retrains;
+    ``bonafide``, the speakers ``--with-bonafide`` added (likewise)."""
     import hashlib
+
+    from detectors.synthetic import ivr_voices
 
     fields: tuple[object, ...] = (cfg.windows, cfg.epochs, cfg.batch, cfg.lr, cfg.weight_decay)
     if systems:
@@ -236,6 +241,7 @@ def stage_key(cfg: TrainConfig, stage: int, systems: Sequence[str] = ()) -> str:
         opt_in = sorted((f, w) for f, w in OPT_IN_FAMILY_WEIGHT.items() if f in trained)
         if opt_in:
             fields += (tuple(opt_in),)
+    fields += ivr_voices.key_fields(bonafide)
     if cfg.codec_aug:  # keys without it stay as they were (cached state dicts)
         fields += ("codec_aug", CODEC_AUG_VERSION)
     if cfg.rawboost:
