@@ -356,9 +356,10 @@ def corpus_clips(
     """The corpus (and the ``with_bonafide`` sets' speakers), every clip of the seed's
     split (bona fide and the spoofs, generated into ``WORK/gen-s<seed>`` or found there)
     and the generation failures."""
-    utts = corpus.load_corpus(speech_dir) + ivr_voices.load(with_bonafide)
+    utts = corpus.load_corpus(speech_dir)
     if quick:
         utts = dataset.subset(utts, seed, per_part=3)
+    utts += ivr_voices.load(with_bonafide)  # quick builds too: asked for by name
     systems = [s for s in generators.selected(with_families) if not quick or s.id in QUICK_SYSTEMS]
     budget = QUICK_BUDGET if quick else Budget()
     tag = f"s{seed}{'-quick' if quick else ''}"  # texts and sources depend on both

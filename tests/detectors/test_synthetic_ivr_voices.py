@@ -110,3 +110,46 @@ def test_the_installed_packages_give_three_capped_voices() -> None:
         assert all(u.rate == 8000 and u.duration_s >= 3.0 for u in mine)
         assert {u.language for u in mine} == {v.language} <= {"fr", "it"}
     assert ivr_voices.added_speakers(utts) == sorted(v.speaker for v in ivr_voices.VOICES)
+
+
+class _DrawnError(Exception):
+    """Raised by the stand-in window draw: the build stops there."""
+
+
+def test_the_cli_option_puts_the_voices_and_their_spoofs_in_training(
+    monkeypatch: pytest.MonkeyPatch, shared_dir: Path, synthetic_quick_work: Path
+) -> None:
+    """``train-synthetic --with-bonafide debian-ivr`` (the quick CNN recipe) trains on
+    the three voices and on resynthesis of them, and without the option on neither. The
+    build is stopped at the window draw: training is the quick builds' tests' business."""
+    from sip_bridge.cli import main
+
+    if not all((ivr_voices.SOUNDS / v.folder).is_dir() for v in ivr_voices.VOICES):
+        pytest.skip("the Debian fr / it prompt packages are not installed (.ci/install.sh)")
+    drawn: list[list[dataset.Clip]] = []
+
+    def draw(clips: list[dataset.Clip], *args: object, **kwargs: object) -> None:
+        drawn.append(list(clips))
+        raise _DrawnError
+
+    monkeypatch.setattr(train, "draw_windows", draw)
+    base = [
+        "models", "train-synthetic", "--quick", "--arch", "cnn", "--with-family", "none",
+        "--work", str(synthetic_quick_work), "--out", str(synthetic_quick_work / "unused"),
+        "--speech-dir", str(shared_dir / "data/speech"),
+    ]  # fmt: skip
+    for argv in ([*base, "--with-bonafide", "debian-ivr"], base):
+        with pytest.raises(_DrawnError):
+            main(argv)
+    added = {v.speaker for v in ivr_voices.VOICES}
+    with_them, without = drawn
+    bona = {c.speaker for c in with_them if c.label == 0}
+    spoofed = {c.speaker.split("_", 1)[1] for c in with_them if c.label == 1}
+    assert added <= bona and spoofed & added
+    assert sum(c.speaker in added for c in with_them if c.label == 0) == 3 * 32
+    assert not added & {c.speaker for c in without}
+    assert not {c.speaker.split("_", 1)[1] for c in without if c.label == 1} & added
+    rest = [
+        c for c in with_them if c.speaker not in added and c.speaker.split("_", 1)[1] not in added
+    ]
+    assert rest == without  # every other training clip as without them
