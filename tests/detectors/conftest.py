@@ -6,6 +6,7 @@ from __future__ import annotations
 import wave
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -14,8 +15,10 @@ import pytest
 from detectors.fixture_models import aasist_fixture, embedding_fixture, vad_fixture
 from detectors.manifest import ModelManifest
 from detectors.onnx_detector import OnnxDetector
+from tests.detectors.quick_build import DrawnError
 
 Built = tuple[bytes, ModelManifest]
+Drawn = tuple[tuple[Any, ...], dict[str, Any]]  # a window draw's (args, kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +44,38 @@ def synthetic_quick_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reused by the others, as a developer's repeated ``train-synthetic`` runs reuse them;
     each architecture's trained stages are cached under their own names and keys."""
     return tmp_path_factory.mktemp("synthetic-quick-work")
+
+
+@pytest.fixture
+def quick_cnn_argv(shared_dir: Path, synthetic_quick_work: Path) -> Callable[..., list[str]]:
+    """``callshield models train-synthetic`` argv for the quick CNN recipe (whose spoofs
+    the other quick builds share), installing into ``out``, with ``extra`` options."""
+
+    def argv(out: Path, *extra: str) -> list[str]:
+        return [
+            "models", "train-synthetic", "--quick", "--arch", "cnn", "--with-family", "none",
+            *extra, "--work", str(synthetic_quick_work), "--out", str(out),
+            "--speech-dir", str(shared_dir / "data/speech"),
+        ]  # fmt: skip
+
+    return argv
+
+
+@pytest.fixture
+def stop_at_the_draw(monkeypatch: pytest.MonkeyPatch) -> list[Drawn]:
+    """Replaces the training-window draw by one that records its arguments and raises
+    DrawnError: a build run to the draw, to see what it would train on (training itself
+    is the quick builds' tests' business)."""
+    from detectors.synthetic import train
+
+    calls: list[Drawn] = []
+
+    def draw(*args: Any, **kwargs: Any) -> None:
+        calls.append((args, kwargs))
+        raise DrawnError
+
+    monkeypatch.setattr(train, "draw_windows", draw)
+    return calls
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,9 @@ written here; one test reads the installed packages where they are."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import soundfile
 from detectors.synthetic import dataset, generators, ivr_voices, train
 from detectors.synthetic.corpus import Utterance, part_of
 from detectors.synthetic.dataset import Budget
+from tests.detectors.quick_build import DrawnError
 
 VOICE = ivr_voices.VOICES[0]
 
@@ -112,12 +115,10 @@ def test_the_installed_packages_give_three_capped_voices() -> None:
     assert ivr_voices.added_speakers(utts) == sorted(v.speaker for v in ivr_voices.VOICES)
 
 
-class _DrawnError(Exception):
-    """Raised by the stand-in window draw: the build stops there."""
-
-
 def test_the_cli_option_puts_the_voices_and_their_spoofs_in_training(
-    monkeypatch: pytest.MonkeyPatch, shared_dir: Path, synthetic_quick_work: Path
+    quick_cnn_argv: Callable[..., list[str]],
+    stop_at_the_draw: list[tuple[tuple[Any, ...], dict[str, Any]]],
+    synthetic_quick_work: Path,
 ) -> None:
     """``train-synthetic --with-bonafide debian-ivr`` (the quick CNN recipe) trains on
     the three voices and on resynthesis of them, and without the option on neither. The
@@ -126,30 +127,17 @@ def test_the_cli_option_puts_the_voices_and_their_spoofs_in_training(
 
     if not all((ivr_voices.SOUNDS / v.folder).is_dir() for v in ivr_voices.VOICES):
         pytest.skip("the Debian fr / it prompt packages are not installed (.ci/install.sh)")
-    drawn: list[list[dataset.Clip]] = []
-
-    def draw(clips: list[dataset.Clip], *args: object, **kwargs: object) -> None:
-        drawn.append(list(clips))
-        raise _DrawnError
-
-    monkeypatch.setattr(train, "draw_windows", draw)
-    base = [
-        "models", "train-synthetic", "--quick", "--arch", "cnn", "--with-family", "none",
-        "--work", str(synthetic_quick_work), "--out", str(synthetic_quick_work / "unused"),
-        "--speech-dir", str(shared_dir / "data/speech"),
-    ]  # fmt: skip
-    for argv in ([*base, "--with-bonafide", "debian-ivr"], base):
-        with pytest.raises(_DrawnError):
+    unused = synthetic_quick_work / "unused"
+    for argv in (quick_cnn_argv(unused, "--with-bonafide", "debian-ivr"), quick_cnn_argv(unused)):
+        with pytest.raises(DrawnError):
             main(argv)
     added = {v.speaker for v in ivr_voices.VOICES}
-    with_them, without = drawn
+    with_them, without = (list(args[0]) for args, _ in stop_at_the_draw)
     bona = {c.speaker for c in with_them if c.label == 0}
     spoofed = {c.speaker.split("_", 1)[1] for c in with_them if c.label == 1}
     assert added <= bona and spoofed & added
     assert sum(c.speaker in added for c in with_them if c.label == 0) == 3 * 32
     assert not added & {c.speaker for c in without}
     assert not {c.speaker.split("_", 1)[1] for c in without if c.label == 1} & added
-    rest = [
-        c for c in with_them if c.speaker not in added and c.speaker.split("_", 1)[1] not in added
-    ]
-    assert rest == without  # every other training clip as without them
+    theirs = {c for c in with_them if added & {c.speaker, c.speaker.split("_", 1)[1]}}
+    assert [c for c in with_them if c not in theirs] == without  # the rest, as without them

@@ -9,6 +9,7 @@ model."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,18 +110,17 @@ def test_the_loss_is_in_the_cache_key_and_old_keys_are_unchanged() -> None:
 
 
 def test_a_quick_one_class_build_through_the_cli(
-    shared_dir: Path, synthetic_quick_work: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    quick_cnn_argv: Callable[..., list[str]],
+    synthetic_quick_work: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The quick CNN recipe with ``--loss ocsoftmax``: it trains a new stage (never the
     cross-entropy one cached beside it), verifies ONNX against torch and installs it."""
     from sip_bridge.cli import main
 
     out = tmp_path / "models"
-    argv = [
-        "models", "train-synthetic", "--quick", "--arch", "cnn", "--with-family", "none",
-        "--loss", "ocsoftmax", "--work", str(synthetic_quick_work), "--out", str(out),
-        "--speech-dir", str(shared_dir / "data/speech"),
-    ]  # fmt: skip
+    argv = quick_cnn_argv(out, "--loss", "ocsoftmax")
     before = set(synthetic_quick_work.glob("model-s0-quick-stage1-*.pt"))
     assert main(argv) == 0
     captured = capsys.readouterr()

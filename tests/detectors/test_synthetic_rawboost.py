@@ -7,8 +7,10 @@ both classes take the same path, and the flag is in the cache key (old keys unch
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from detectors.eval.audio import read_audio, resample
 from detectors.synthetic import channel, rawboost, train
 from detectors.synthetic.dataset import Clip
 from detectors.synthetic.train import TrainConfig
+from tests.detectors.quick_build import DrawnError
 
 WAV = "data/speech/librispeech_misc/lhotse/1088-134315-0000.wav"
 
@@ -106,32 +109,20 @@ def test_the_flag_is_in_the_cache_key_and_old_keys_are_unchanged() -> None:
     assert on == train.stage_key(replace(cfg, rawboost=True), 1, list(reversed(systems)))
 
 
-class _DrawnError(Exception):
-    """Raised by the stand-in window draw: the build stops there."""
-
-
 def test_the_cli_flag_reaches_the_window_draw(
-    monkeypatch: pytest.MonkeyPatch, shared_dir: Path, synthetic_quick_work: Path
+    quick_cnn_argv: Callable[..., list[str]],
+    stop_at_the_draw: list[tuple[tuple[Any, ...], dict[str, Any]]],
+    synthetic_quick_work: Path,
 ) -> None:
     """``train-synthetic --rawboost`` (the quick CNN recipe, whose spoofs the other quick
     builds share) asks for RawBoost windows, and without the flag it does not. The build
     is stopped at the draw: training is the quick builds' tests' business."""
     from sip_bridge.cli import main
 
-    asked: list[dict[str, object]] = []
-
-    def draw(*args: object, **kwargs: object) -> None:
-        asked.append(kwargs)
-        raise _DrawnError
-
-    monkeypatch.setattr(train, "draw_windows", draw)
-    base = [
-        "models", "train-synthetic", "--quick", "--arch", "cnn", "--with-family", "none",
-        "--work", str(synthetic_quick_work), "--out", str(synthetic_quick_work / "unused"),
-        "--speech-dir", str(shared_dir / "data/speech"),
-    ]  # fmt: skip
-    for argv in ([*base, "--rawboost"], base):
-        with pytest.raises(_DrawnError):
+    unused = synthetic_quick_work / "unused"
+    for argv in (quick_cnn_argv(unused, "--rawboost"), quick_cnn_argv(unused)):
+        with pytest.raises(DrawnError):
             main(argv)
+    asked = [kwargs for _, kwargs in stop_at_the_draw]
     assert [a.get("rawboost") for a in asked] == [True, False]
     assert [a.get("codec_aug") for a in asked] == [False, False]
