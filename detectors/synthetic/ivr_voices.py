@@ -6,7 +6,7 @@ They are pinned to train (``corpus.PINNED``), so dev and test, and the figures a
 judged on, stay those of the builds without them. Each voice gives at most
 ``FILES_PER_VOICE`` files of at least ``MIN_FILE_S`` (a training window's length), chosen
 by a hash of the file name, not by the seed: with the training sampler's square-root
-weighting per speaker, ~140 files would have made three IVR voices a fifth of the bona
+weighting per speaker, ~140 files would have made three IVR voices a sixth of the bona
 fide draws; 32 gives each the weight of LJ Speech (32 files).
 """
 
