@@ -117,31 +117,41 @@ def page_server() -> Iterator[str]:
         server.server_close()
 
 
-def _received(bridge: RunningBridge, leg_id: str, clock: int) -> npt.NDArray[np.float64]:
+def _received(
+    bridge: RunningBridge, leg_id: str, clock: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
     """The leg's NORMAL 8 kHz frames laid out by RTP timestamp (a ``clock`` Hz clock;
-    gaps as zeros)."""
+    gaps as zeros), and where a frame arrived."""
     cap = bridge.sink.captured(leg_id)
     ts = sorted(cap.by_rtp_ts)
     assert len(ts) > 50, f"only {len(ts)} NORMAL frames reached the sink"
     span = ((ts[-1] - ts[0]) % (1 << 32)) * 8000 // clock + FRAME
     out = np.zeros(span, np.float64)
+    got = np.zeros(span, np.bool_)
     for t in ts:
         k = ((t - ts[0]) % (1 << 32)) * 8000 // clock
         out[k : k + FRAME] = cap.by_rtp_ts[t]
-    return out
+        got[k : k + FRAME] = True
+    return out, got
 
 
-def _best_correlation(received: npt.NDArray[np.float64], source: npt.NDArray[np.int16]) -> float:
+def _best_correlation(
+    received: npt.NDArray[np.float64], got: npt.NDArray[np.bool_], source: npt.NDArray[np.int16]
+) -> float:
     """Chromium loops the file from getUserMedia on: align a 2 s piece of what arrived
-    with the looped source by cross-correlation, then Pearson r at that lag."""
+    with the looped source by cross-correlation, then Pearson r at that lag over the
+    samples that arrived (a frame Chromium dropped under load is a gap, not a mismatch:
+    CI of f9ad646 read 0.899 with the gaps counted as silence)."""
     piece = received[8000 : 8000 + 16000]
+    arrived = got[8000 : 8000 + 16000]
     looped = np.tile(source.astype(np.float64), 3)
     n = looped.size + piece.size
     size = 1 << (n - 1).bit_length()
     xc = np.fft.irfft(np.fft.rfft(looped, size) * np.conj(np.fft.rfft(piece, size)), size)
     lag = int(np.argmax(xc[: looped.size - piece.size]))
     ref = looped[lag : lag + piece.size]
-    return float(np.corrcoef(ref, piece)[0, 1])
+    assert arrived.mean() > 0.8, f"only {arrived.mean():.0%} of the piece arrived"
+    return float(np.corrcoef(ref[arrived], piece[arrived])[0, 1])
 
 
 def test_chromium_publishes_a_wav_over_whip(
@@ -163,9 +173,9 @@ def test_chromium_publishes_a_wav_over_whip(
         assert (leg.role, leg.role_source) == (LegRole.EXTERNAL, "api")
         assert leg.codec in ("PCMU", "PCMA", "opus")
         assert bridge.events()[-1] == ("ended", "whip_delete")
-        received = _received(bridge, leg.leg_id, 48000 if leg.codec == "opus" else 8000)
+        received, got = _received(bridge, leg.leg_id, 48000 if leg.codec == "opus" else 8000)
         assert received.size >= 4 * 8000 and np.sqrt(np.mean(received**2)) > 100  # not silence
-        r = _best_correlation(received, source)
+        r = _best_correlation(received, got, source)
         assert r >= 0.9, r
     finally:
         bridge.stop()

@@ -71,7 +71,9 @@ def test_keys_hold_only_the_hash_and_expire(client: redis.Redis) -> None:
         assert 0 < client.ttl(k) <= 2
         members = client.zrange(k, 0, -1)
         assert members == [b"call-a"]
-        assert digits not in k and "555" not in k
+        # the number in none of its spellings; not a short run such as "555", which a
+        # random hex hash holds by chance (~2 % of runs: CI of f9ad646)
+        assert [s for s in (digits, "4155550142", "5550142", "555-0142") if s in k] == []
     dump = b"".join(client.dump(k) or b"" for k in keys)
     assert digits.encode() not in dump
     deadline = time.monotonic() + 10
