@@ -55,15 +55,20 @@ def _order(voice: Voice, rel: str) -> bytes:
     return hashlib.sha256(f"{voice.speaker}:{rel}".encode()).digest()
 
 
-def voice_files(voice: Voice, sounds: Path = SOUNDS) -> list[Path]:
-    """The voice's chosen files, sorted by path: at most FILES_PER_VOICE of the WAVs of
-    at least MIN_FILE_S, in hash order of their names."""
+def _chosen(voice: Voice, sounds: Path) -> list[tuple[Path, float]]:
+    """(file, duration) of the voice's chosen files, sorted by path (each header read once)."""
     root = sounds / voice.folder
     if not root.is_dir():
         raise ValueError(f"{root} is missing: apt-get install {voice.package}")
-    files = [p for p in root.rglob("*.wav") if _duration(p) >= MIN_FILE_S]
-    files.sort(key=lambda p: _order(voice, p.relative_to(root).as_posix()))
-    return sorted(files[:FILES_PER_VOICE])
+    long = [(p, d) for p in root.rglob("*.wav") if (d := _duration(p)) >= MIN_FILE_S]
+    long.sort(key=lambda pd: _order(voice, pd[0].relative_to(root).as_posix()))
+    return sorted(long[:FILES_PER_VOICE])
+
+
+def voice_files(voice: Voice, sounds: Path = SOUNDS) -> list[Path]:
+    """The voice's chosen files, sorted by path: at most FILES_PER_VOICE of the WAVs of
+    at least MIN_FILE_S, in hash order of their names."""
+    return [p for p, _ in _chosen(voice, sounds)]
 
 
 def load(sets: tuple[str, ...], sounds: Path = SOUNDS) -> list[Utterance]:
@@ -80,13 +85,13 @@ def load(sets: tuple[str, ...], sounds: Path = SOUNDS) -> list[Utterance]:
             label="bonafide",
             speaker=v.speaker,
             rate=8000,
-            duration_s=_duration(p),
+            duration_s=d,
             licence=v.licence,
             text=None,
             language=v.language,
         )
         for v in VOICES
-        for p in voice_files(v, sounds)
+        for p, d in _chosen(v, sounds)
     ]
 
 

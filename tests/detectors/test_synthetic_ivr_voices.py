@@ -103,8 +103,7 @@ def test_stage_keys_see_the_added_speakers_only_when_there() -> None:
 
 def test_the_installed_packages_give_three_capped_voices() -> None:
     missing = [v.package for v in ivr_voices.VOICES if not (ivr_voices.SOUNDS / v.folder).is_dir()]
-    if missing:
-        pytest.skip(f"not installed: {', '.join(missing)} (.ci/install.sh installs them)")
+    assert not missing, f"not installed: {', '.join(missing)} (.ci/install.sh installs them)"
     utts = ivr_voices.load(("debian-ivr",))
     assert {u.speaker for u in utts} == {v.speaker for v in ivr_voices.VOICES}
     for v in ivr_voices.VOICES:
@@ -125,8 +124,9 @@ def test_the_cli_option_puts_the_voices_and_their_spoofs_in_training(
     build is stopped at the window draw: training is the quick builds' tests' business."""
     from sip_bridge.cli import main
 
-    if not all((ivr_voices.SOUNDS / v.folder).is_dir() for v in ivr_voices.VOICES):
-        pytest.skip("the Debian fr / it prompt packages are not installed (.ci/install.sh)")
+    assert all((ivr_voices.SOUNDS / v.folder).is_dir() for v in ivr_voices.VOICES), (
+        "the Debian fr / it prompt packages are required (.ci/install.sh installs them)"
+    )
     unused = synthetic_quick_work / "unused"
     for argv in (quick_cnn_argv(unused, "--with-bonafide", "debian-ivr"), quick_cnn_argv(unused)):
         with pytest.raises(DrawnError):
