@@ -133,6 +133,13 @@ def add_parser(sub: Any, name: str) -> None:
         "(docs/models/synthetic_voice.md)",
     )
     p.add_argument(
+        "--paired",
+        action="store_true",
+        help="train each resynthesis spoof (WORLD, Griffin-Lim) beside a window of its own "
+        "source file, same offset, same channel, same batch, so only the vocoder's "
+        "artefacts tell them apart (docs/models/synthetic_voice.md)",
+    )
+    p.add_argument(
         "--loss",
         choices=["bce", "ocsoftmax"],
         default="bce",
@@ -310,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
             rawboost=args.rawboost,
             loss=args.loss,
             with_bonafide=tuple(dict.fromkeys(args.with_bonafide or ())),
+            paired=args.paired,
             windows=args.windows,
             epochs=args.epochs,
         )

@@ -387,6 +387,7 @@ def build(
     rawboost: bool = False,
     loss: str = "bce",
     with_bonafide: tuple[str, ...] = (),
+    paired: bool = False,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     if arch not in NAMES:
@@ -410,6 +411,7 @@ def build(
     cfg = replace(cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch]), arch=arch)
     # the optional steps of the training channel (--codec-aug, --rawboost)
     cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
+    cfg = replace(cfg, paired=cfg.paired or paired)  # --paired, likewise
     if loss not in train.LOSSES:
         raise BuildError(f"unknown loss {loss!r} (one of {', '.join(train.LOSSES)})")
     if loss != "bce":  # as --codec-aug / --rawboost: the flag adds to a given cfg
@@ -417,7 +419,7 @@ def build(
     t0 = time.monotonic()
     windows, labels = train.draw_windows(
         parts["train"], audio["train"], cfg.windows, seed,
-        codec_aug=cfg.codec_aug, rawboost=cfg.rawboost,
+        codec_aug=cfg.codec_aug, rawboost=cfg.rawboost, paired=cfg.paired, progress=say,
     )  # fmt: skip
     say(f"{len(windows)} training windows drawn in {time.monotonic() - t0:.0f} s")
     import torch
@@ -438,6 +440,7 @@ def build(
             w2, l2 = train.draw_windows(
                 parts["train"], audio["train"], cfg.stage2_windows, seed + STAGE2_SEED,
                 wide=cfg.stage2_wide, codec_aug=cfg.codec_aug, rawboost=cfg.rawboost,
+                paired=cfg.paired,
             )  # fmt: skip
             say(f"stage 2: {len(w2)} fresh windows (wide channel: {cfg.stage2_wide})")
             final, more = train.train(w2, l2, cfg, seed, say, init=model.state_dict())
@@ -479,6 +482,7 @@ def build(
             else ""
         )
         + (", one-class softmax loss" if cfg.loss == "ocsoftmax" else "")
+        + (", resynthesis spoofs paired with their sources' windows" if cfg.paired else "")
         + f", {cfg.epochs} epochs, then "
         f"{cfg.stage2_windows} {'wide' if cfg.stage2_wide else 'telephone'}-channel windows, "
         f"{cfg.stage2_epochs} epochs; "
@@ -566,6 +570,7 @@ def run_cli(
     rawboost: bool = False,
     loss: str = "bce",
     with_bonafide: tuple[str, ...] = (),
+    paired: bool = False,
     windows: int | None = None,
     epochs: int | None = None,
 ) -> int:
@@ -595,6 +600,7 @@ def run_cli(
             rawboost=rawboost,
             loss=loss,
             with_bonafide=with_bonafide,
+            paired=paired,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

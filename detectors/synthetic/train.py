@@ -69,6 +69,7 @@ class TrainConfig:
     stage2_wide: bool = True  # stage 2 through the wide channel (False: the stage-1 one)
     arch: str = "cnn"  # the network (ARCHS): cnn, cnn-phase (model.py), aasist(-lite) (aasist_net)
     loss: str = "bce"  # LOSSES: binary cross-entropy, or the one-class softmax (ocsoftmax.py)
+    paired: bool = False  # resynthesis spoofs beside their own source windows (pairs.py)
 
 
 QUICK = TrainConfig(windows=96, epochs=1, batch=16, stage2_windows=32, stage2_epochs=1)
@@ -110,10 +111,13 @@ def _init(audio: list[FloatArray]) -> None:
     _AUDIO = audio
 
 
-def _window(task: tuple[int, int, bool, bool, bool]) -> npt.NDArray[np.int16]:
-    idx, seed, wide, codec_aug, rawboost = task
+def _window(task: tuple[int, int, bool, bool, bool, int]) -> npt.NDArray[np.int16]:
+    """One window of clip ``idx``; ``span`` > 0: cut within its first ``span`` samples
+    (a pair's shorter length, so both halves get the same offset), else its length."""
+    idx, seed, wide, codec_aug, rawboost, span = task
     rng = np.random.default_rng(seed)
     x = _AUDIO[idx]
+    x = x[:span] if span else x
     out = np.zeros(WINDOW, np.float32)
     if len(x) >= WINDOW:
         start = int(rng.integers(len(x) - WINDOW + 1))
@@ -148,16 +152,30 @@ def draw_windows(
     wide: bool = False,
     codec_aug: bool = False,
     rawboost: bool = False,
+    paired: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[npt.NDArray[np.int16], FloatArray]:
-    """``n`` augmented training windows (int16) and their labels (1 = spoof); ``wide``:
-    through the wide channel, ``codec_aug``: with the perceptual-codec step, ``rawboost``:
-    with the RawBoost-style step (``channel.augment``)."""
+    """``n`` augmented training windows (int16) and their labels (1 = spoof), bona fide
+    at even indices; ``wide``: through the wide channel, ``codec_aug``: with the
+    perceptual-codec step, ``rawboost``: with the RawBoost-style step
+    (``channel.augment``); ``paired``: each resynthesis spoof with its source's window
+    before it (``pairs.pair``)."""
     rng = np.random.default_rng(seed)
     wb, ws = sampling_weights(train)
     labels = (np.arange(n) % 2).astype(np.float32)
     picks = np.where(labels == 1, rng.choice(len(train), n, p=ws), rng.choice(len(train), n, p=wb))
     seeds = rng.integers(1 << 31, size=n)
-    tasks = [(int(i), int(s), wide, codec_aug, rawboost) for i, s in zip(picks, seeds, strict=True)]
+    spans = np.zeros(n, np.int64)
+    if paired:
+        from detectors.synthetic import pairs
+
+        picks, seeds, spans, made = pairs.pair(picks, seeds, [len(a) for a in audio], train)
+        if progress:
+            progress(f"{made} of {n // 2} spoof windows paired with their source's window")
+    tasks = [
+        (int(i), int(s), wide, codec_aug, rawboost, int(sp))
+        for i, s, sp in zip(picks, seeds, spans, strict=True)
+    ]
     workers = workers or max(1, os.cpu_count() or 1)
     if workers == 1 or n < 64:
         _init(list(audio))
@@ -199,7 +217,12 @@ def train(
     losses: list[float] = []
     model.train()
     for epoch in range(epochs):
-        order = rng.permutation(len(windows))
+        if cfg.paired:  # a pair is never split across batches
+            from detectors.synthetic import pairs
+
+            order = pairs.batch_order(len(windows), rng)
+        else:
+            order = rng.permutation(len(windows))
         total = 0.0
         for step in range(steps_per_epoch):
             idx = order[step * cfg.batch : (step + 1) * cfg.batch]
@@ -246,6 +269,10 @@ def stage_key(
         fields += ("codec_aug", CODEC_AUG_VERSION)
     if cfg.rawboost:
         fields += ("rawboost", RAWBOOST_VERSION)
+    if cfg.paired:
+        from detectors.synthetic import pairs
+
+        fields += ("paired", pairs.VERSION)
     if cfg.loss != "bce":  # bce keys stay as they were (cached state dicts)
         from detectors.synthetic import ocsoftmax
 
