@@ -108,8 +108,8 @@ def test_both_classes_take_the_same_path(speech: np.ndarray, shared_dir: Path) -
     ]
     train._init([x, x.copy()])
     for seed in range(5):
-        bona = train._window((0, seed, False, True, False))
-        spoof = train._window((1, seed, False, True, False))
+        bona = train._window((0, seed, False, True, False, 0))
+        spoof = train._window((1, seed, False, True, False, 0))
         assert np.array_equal(bona, spoof)  # the label never reaches the channel
     windows, labels = train.draw_windows(clips, [x, x], 8, seed=1, workers=1, codec_aug=True)
     again, _ = train.draw_windows(clips, [x, x], 8, seed=1, workers=1, codec_aug=True)

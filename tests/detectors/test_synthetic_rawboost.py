@@ -91,8 +91,8 @@ def test_both_classes_take_the_same_path(speech: np.ndarray, shared_dir: Path) -
     train._init([x, x.copy()])
     for seed in range(5):
         assert np.array_equal(
-            train._window((0, seed, False, False, True)),
-            train._window((1, seed, False, False, True)),
+            train._window((0, seed, False, False, True, 0)),
+            train._window((1, seed, False, False, True, 0)),
         )
     windows, labels = train.draw_windows(clips, [x, x], 8, seed=1, workers=1, rawboost=True)
     plain, _ = train.draw_windows(clips, [x, x], 8, seed=1, workers=1)
