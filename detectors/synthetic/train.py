@@ -6,7 +6,9 @@ the square root of their file count, so one prolific voice does not dominate), h
 spoof (each generator family equally likely, resynthesis and neural TTS twice as
 likely, then uniform within a family); each is a random
 ``WINDOW`` cut of a clip (shorter clips are placed at a random offset in silence) put
-through one random telephone channel (``channel.augment``). Then a few epochs of AdamW
+through one random telephone channel (``channel.augment``); with ``paired``
+(``pairs.py``, opt-in) each resynthesis spoof's bona fide partner is its own source,
+cut and channelled alike, in the same batch. Then a few epochs of AdamW
 with a one-cycle learning rate on the binary cross-entropy. An optional second stage
 (``stage2_*``, off by default: it made unseen generators worse) continues from the
 first stage's weights on freshly drawn windows, through the wide channel
