@@ -78,6 +78,27 @@ def stop_at_the_draw(monkeypatch: pytest.MonkeyPatch) -> list[Drawn]:
     return calls
 
 
+@pytest.fixture
+def draws_with_and_without(
+    quick_cnn_argv: Callable[..., list[str]],
+    stop_at_the_draw: list[Drawn],
+    synthetic_quick_work: Path,
+) -> Callable[..., list[Drawn]]:
+    """Runs the quick CNN ``train-synthetic`` up to the window draw with ``extra``
+    options, then without them; returns the two draws' (args, kwargs)."""
+
+    def run(*extra: str) -> list[Drawn]:
+        from sip_bridge.cli import main
+
+        unused = synthetic_quick_work / "unused"
+        for argv in (quick_cnn_argv(unused, *extra), quick_cnn_argv(unused)):
+            with pytest.raises(DrawnError):
+                main(argv)
+        return list(stop_at_the_draw)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def make_detector() -> Callable[[Built], OnnxDetector]:
     def make(built: Built) -> OnnxDetector:

@@ -17,7 +17,6 @@ from detectors.eval.audio import read_audio, resample
 from detectors.synthetic import channel, pairs, train
 from detectors.synthetic.dataset import Clip
 from detectors.synthetic.train import TrainConfig
-from tests.detectors.quick_build import DrawnError
 
 WAV = "data/speech/librispeech_misc/lhotse/1088-134315-0000.wav"
 
@@ -131,15 +130,7 @@ def test_the_flag_is_in_the_cache_key_and_old_keys_are_unchanged() -> None:
 
 
 def test_the_cli_flag_reaches_the_window_draw(
-    quick_cnn_argv: Callable[..., list[str]],
-    stop_at_the_draw: list[tuple[tuple[Any, ...], dict[str, Any]]],
-    synthetic_quick_work: Path,
+    draws_with_and_without: Callable[..., list[tuple[tuple[Any, ...], dict[str, Any]]]],
 ) -> None:
-    from sip_bridge.cli import main
-
-    unused = synthetic_quick_work / "unused"
-    for argv in (quick_cnn_argv(unused, "--paired"), quick_cnn_argv(unused)):
-        with pytest.raises(DrawnError):
-            main(argv)
-    asked = [kwargs for _, kwargs in stop_at_the_draw]
+    asked = [kwargs for _, kwargs in draws_with_and_without("--paired")]
     assert [a.get("paired") for a in asked] == [True, False]
