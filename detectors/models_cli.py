@@ -137,7 +137,8 @@ def add_parser(sub: Any, name: str) -> None:
         action="store_true",
         help="train each resynthesis spoof (WORLD, Griffin-Lim) beside a window of its own "
         "source file, same offset, same channel, same batch, so only the vocoder's "
-        "artefacts tell them apart (docs/models/synthetic_voice.md)",
+        "artefacts tell them apart; measured at two seeds: never-trained generators better "
+        "at both, dev worse at one, so not the default (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
         "--loss",
