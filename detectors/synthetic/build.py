@@ -412,6 +412,8 @@ def build(
     # the optional steps of the training channel (--codec-aug, --rawboost)
     cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
     cfg = replace(cfg, paired=cfg.paired or paired)  # --paired, likewise
+    if cfg.paired and (cfg.windows % 2 or cfg.stage2_windows % 2):
+        raise BuildError("--paired trains windows two by two: --windows must be even")
     if loss not in train.LOSSES:
         raise BuildError(f"unknown loss {loss!r} (one of {', '.join(train.LOSSES)})")
     if loss != "bce":  # as --codec-aug / --rawboost: the flag adds to a given cfg

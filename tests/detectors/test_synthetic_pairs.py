@@ -134,3 +134,17 @@ def test_the_cli_flag_reaches_the_window_draw(
 ) -> None:
     asked = [kwargs for _, kwargs in draws_with_and_without("--paired")]
     assert [a.get("paired") for a in asked] == [True, False]
+
+
+def test_an_odd_window_budget_is_refused_before_the_draw(
+    quick_cnn_argv: Callable[..., list[str]],
+    stop_at_the_draw: list[tuple[tuple[Any, ...], dict[str, Any]]],
+    synthetic_quick_work: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from sip_bridge.cli import main
+
+    argv = quick_cnn_argv(synthetic_quick_work / "unused", "--paired", "--windows", "95")
+    assert main(argv) == 1
+    assert "--windows must be even" in capsys.readouterr().out
+    assert stop_at_the_draw == []
