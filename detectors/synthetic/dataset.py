@@ -161,6 +161,7 @@ def _vocoder_jobs(
     for u in chosen:
         speaker = f"{system.family}_{u.speaker}"
         name = u.path.stem if model is None else f"{u.path.stem}.{model.stem}"
+        name += f".r{system.revision}" if system.revision else ""
         out = work / part / speaker / f"{name}.wav"
         jobs.append(
             Job(system, part, speaker, out, int(rng.integers(1 << 31)), source=u.path, model=model)

@@ -56,6 +56,9 @@ class System:
     per_part: int = 0  # TTS texts per part (0: the budget's); kokoro is slow on a CPU
     opt_in: str = ""  # the --with-family name that brings its training voices in (""
     # for an opt-in family: the family's own name)
+    revision: int = 0  # bumped when the same job now writes other audio: it names the
+    # files (``<stem>.r<n>.wav``, so a work directory's older files are not reused) and
+    # enters the stage cache key; the plan (which files, which seeds) does not change
 
     @property
     def opt_in_name(self) -> str:
@@ -125,7 +128,9 @@ SYSTEMS: tuple[System, ...] = (
     # the vocoders resynthesise files of every part's own speakers: dev holds them too, so
     # a model is chosen on dev against every family it is judged on at test (issue 6: an
     # AASIST that won on a dev without them was at chance on them at test)
-    System("world", "dio", ("train", "dev", "test")),
+    # revision 1: analysed at 16 kHz (world_input), so D4C no longer reads memory it never
+    # wrote on 8 kHz sources
+    System("world", "dio", ("train", "dev", "test"), revision=1),
     System("griffinlim", "gl32", ("train", "dev", "test")),
     System("lpc", "order16", ("dev", "test")),
     # neural copy-synthesis of training speakers' files through our own GAN vocoder
@@ -326,6 +331,21 @@ def _f0(x: npt.NDArray[np.float64], rate: int) -> tuple[Any, Any]:
     return pw.stonemask(x, f0, t, rate), t
 
 
+WORLD_RATE = 16000
+
+
+def world_input(x: npt.NDArray[np.float64], rate: int) -> tuple[npt.NDArray[np.float64], int]:
+    """``x`` at the rate WORLD analyses it: 16 kHz, whatever the source's. WORLD's D4C
+    sums the power spectrum up to 7.9 kHz to tell voiced frames (D4CLoveTrain); below
+    15.8 kHz that reaches past Nyquist into a buffer it never wrote, so on an 8 kHz file
+    the aperiodicity, and the spoof, depended on what the heap held before (two builds
+    with one seed wrote different files; ``MALLOC_PERTURB_`` shows it at will). Upsampled
+    speech has no power above 4 kHz, which is what that sum then reads."""
+    if rate == WORLD_RATE:
+        return x, rate
+    return resample(x.astype(np.float32), rate, WORLD_RATE).astype(np.float64), WORLD_RATE
+
+
 def vocode(system: System, source: Path, out: Path, seed: int, model: Path | None = None) -> None:
     """Resynthesise ``source`` with the vocoder ``system`` into ``out`` (``model``: the
     trained network's state dict, for ``neuralvoc``)."""
@@ -342,6 +362,7 @@ def vocode(system: System, source: Path, out: Path, seed: int, model: Path | Non
         y = neural_vocoder.copy_synthesis(model, x, seed).astype(np.float64)
     elif system.family == "world":
         pw = _pyworld()
+        xd, rate = world_input(xd, rate)
         f0, t = _f0(xd, rate)
         sp = pw.cheaptrick(xd, f0, t, rate)
         ap = pw.d4c(xd, f0, t, rate)

@@ -9,8 +9,9 @@ what the vocoder did to the audio does. The other spoof draws (TTS) keep their b
 partners as drawn.
 
 The vocoder jobs name a resynthesis ``<family>_<source speaker>/<source stem>.wav``
-(``<source stem>.<vocoder>.wav`` for a trained vocoder), in the part of its source, so
-the source is found from the clip alone.
+(``<source stem>.<vocoder>.wav`` for a trained vocoder, ``<source stem>.r<n>.wav`` for a
+revised generator), in the part of its source, so the source is found from the clip
+alone.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def sources(clips: Sequence[Clip]) -> dict[int, int]:
         speaker = c.speaker.split("_", 1)[1]
         stem = c.path.stem
         src = bona.get((speaker, stem))
-        if src is None and c.family == "neuralvoc":  # <source stem>.<vocoder>
+        if src is None and "." in stem:  # <source stem>.<vocoder> or .r<revision>
             src = bona.get((speaker, stem.rsplit(".", 1)[0]))
         if src is not None:
             out[i] = src

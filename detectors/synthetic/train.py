@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from detectors.synthetic.channel import RATE, augment, to_8k  # noqa: F401
 from detectors.synthetic.dataset import Clip
+from detectors.synthetic.generators import SYSTEMS
 
 FloatArray = npt.NDArray[np.float32]
 WINDOW = 3 * RATE  # 3 s
@@ -262,6 +263,9 @@ def stage_key(
     fields: tuple[object, ...] = (cfg.windows, cfg.epochs, cfg.batch, cfg.lr, cfg.weight_decay)
     if systems:
         fields += (tuple(sorted(set(systems))), tuple(sorted(FAMILY_WEIGHT.items())))
+        revised = sorted((s.id, s.revision) for s in SYSTEMS if s.revision and s.id in systems)
+        if revised:  # keys of systems never revised stay as they were
+            fields += (tuple(revised),)
         trained = {s.split("_", 1)[0] for s in systems}
         opt_in = sorted((f, w) for f, w in OPT_IN_FAMILY_WEIGHT.items() if f in trained)
         if opt_in:

@@ -29,7 +29,7 @@ CLIPS = [
     _clip("bona/libri_1/a.wav", 0, "libri_1", "bonafide"),  # 0
     _clip("bona/libri_1/b.wav", 0, "libri_1", "bonafide"),  # 1
     _clip("bona/arctic_slt/a.wav", 0, "arctic_slt", "bonafide"),  # 2: another speaker's a
-    _clip("gen/world_libri_1/a.wav", 1, "world_libri_1", "world"),  # 3 -> 0
+    _clip("gen/world_libri_1/a.r1.wav", 1, "world_libri_1", "world"),  # 3 -> 0 (revised)
     _clip("gen/griffinlim_libri_1/b.wav", 1, "griffinlim_libri_1", "griffinlim"),  # 4 -> 1
     _clip("gen/neuralvoc_arctic_slt/a.voc3k.wav", 1, "neuralvoc_arctic_slt", "neuralvoc"),  # 5
     _clip("gen/espeak_en-us/a.wav", 1, "espeak_en-us", "espeak"),  # 6: TTS, no source
