@@ -331,10 +331,7 @@ ARCH_TEXT = {
 
 def write_testset(clips: list[Clip], root: Path) -> int:
     """A split (test, or dev: ``WORK/devset-s<seed>``) as ``callshield eval`` reads it:
-    root/<label>/<speaker>/<file> (symlinks), written afresh: links a former build left
-    (a generator's files since renamed) would otherwise be scored too."""
-    if root.is_dir():
-        shutil.rmtree(root)
+    root/<label>/<speaker>/<file> (symlinks)."""
     n = 0
     for c in clips:
         d = root / ("spoof" if c.label else "bonafide") / c.speaker

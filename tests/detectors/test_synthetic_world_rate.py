@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detectors.synthetic import build, generators, pairs, train
+from detectors.synthetic import generators, pairs, train
 from detectors.synthetic.corpus import Utterance
 from detectors.synthetic.dataset import Budget, Clip, plan
 
@@ -96,19 +96,6 @@ def test_the_revision_is_in_the_stage_key(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(train, "SYSTEMS", unrevised)
     assert keys[0] != train.stage_key(cfg, 1, with_world)  # cached weights are not reused
     assert keys[1] == train.stage_key(cfg, 1, without)  # keys without it are unchanged
-
-
-def test_a_rewritten_testset_drops_links_a_former_build_left(tmp_path: Path) -> None:
-    audio = tmp_path / "audio"
-    audio.mkdir()
-    (audio / "a.wav").write_bytes(b"x")
-    (audio / "a.r1.wav").write_bytes(b"y")
-    root = tmp_path / "testset"
-    old = Clip(audio / "a.wav", 1, "test", "world_x", "world", "world_dio")
-    new = Clip(audio / "a.r1.wav", 1, "test", "world_x", "world", "world_dio")
-    build.write_testset([old], root)
-    assert build.write_testset([new], root) == 1
-    assert sorted(p.name for p in (root / "spoof/world_x").iterdir()) == ["a.r1.wav"]
 
 
 @pytest.mark.parametrize("rate", [11025, 22050])
