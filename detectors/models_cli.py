@@ -141,6 +141,16 @@ def add_parser(sub: Any, name: str) -> None:
         "at both, dev worse at one, so not the default (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
+        "--restart",
+        type=int,
+        default=0,
+        metavar="N",
+        help="train from other initial weights and batch order (N > 0), on the same split, "
+        "spoofs and windows as the seed's build: builds that differ in nothing else show how "
+        "far training alone spreads a recipe's figures (docs/models/synthetic_voice.md); "
+        "the model's version gets .rN",
+    )
+    p.add_argument(
         "--loss",
         choices=["bce", "ocsoftmax"],
         default="bce",
@@ -319,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
             loss=args.loss,
             with_bonafide=tuple(dict.fromkeys(args.with_bonafide or ())),
             paired=args.paired,
+            restart=args.restart,
             windows=args.windows,
             epochs=args.epochs,
         )

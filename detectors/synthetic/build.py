@@ -388,6 +388,7 @@ def build(
     loss: str = "bce",
     with_bonafide: tuple[str, ...] = (),
     paired: bool = False,
+    restart: int = 0,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     if arch not in NAMES:
@@ -412,6 +413,9 @@ def build(
     # the optional steps of the training channel (--codec-aug, --rawboost)
     cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
     cfg = replace(cfg, paired=cfg.paired or paired)  # --paired, likewise
+    cfg = replace(cfg, restart=restart or cfg.restart)
+    if cfg.restart < 0:
+        raise BuildError("--restart must be 0 or more")
     if cfg.paired and (cfg.windows % 2 or cfg.stage2_windows % 2):
         raise BuildError("--paired trains windows two by two: --windows must be even")
     if loss not in train.LOSSES:
@@ -428,6 +432,7 @@ def build(
 
     t0 = time.monotonic()
     suffix = f"s{seed}{'-quick' if quick else ''}{'' if arch == 'cnn' else '-' + arch}"
+    suffix += f"-r{cfg.restart}" if cfg.restart else ""
     trained = [c.system for c in parts["train"] if c.label == 1]
     added = ivr_voices.added_speakers(utts)  # pinned to train
     cached = work / f"model-{suffix}-stage1-{train.stage_key(cfg, 1, trained, added)}.pt"
@@ -469,9 +474,11 @@ def build(
     used = [u for u in utts if u.label == "bonafide" and u.speaker in set(train_bona)]
     version = f"{VERSION}{'-quick' if quick else ''}+s{seed}"
     version += f".lofo-{hold_out}" if hold_out else ""
+    version += f".r{cfg.restart}" if cfg.restart else ""
     families = sorted({c.system for c in parts["train"] if c.label == 1})
     provenance = (
         f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}"
+        + (f", restart {cfg.restart}" if cfg.restart else "")
         + (f", {hold_out} held out" if hold_out else "")
         + f", arch {arch}) "
         f"on the shared speech corpus: {len(train_bona)} bona fide training speakers, "
@@ -575,6 +582,7 @@ def run_cli(
     paired: bool = False,
     windows: int | None = None,
     epochs: int | None = None,
+    restart: int = 0,
 ) -> int:
     from detectors.aasist.importer import torch_available
 
@@ -603,6 +611,7 @@ def run_cli(
             loss=loss,
             with_bonafide=with_bonafide,
             paired=paired,
+            restart=restart,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

@@ -73,12 +73,29 @@ class TrainConfig:
     arch: str = "cnn"  # the network (ARCHS): cnn, cnn-phase (model.py), aasist(-lite) (aasist_net)
     loss: str = "bce"  # LOSSES: binary cross-entropy, or the one-class softmax (ocsoftmax.py)
     paired: bool = False  # resynthesis spoofs beside their own source windows (pairs.py)
+    # --restart: 0 trains from the build seed's initial weights and batch order; n > 0
+    # from restart_seed(seed, n), on the same split, spoofs and windows, so that builds
+    # of one recipe that differ in nothing else show how far training alone spreads
+    restart: int = 0
 
 
 QUICK = TrainConfig(windows=96, epochs=1, batch=16, stage2_windows=32, stage2_epochs=1)
 ARCHS = ("cnn", "aasist", "cnn-phase", "aasist-lite")
 LOSSES = ("bce", "ocsoftmax")
 PHASE_VERSION = 1  # bump when the cnn-phase channels (phase.py) change (its cache key)
+
+
+def restart_seed(seed: int, restart: int) -> int:
+    """The seed of initial weights and batch order: the build's ``seed`` itself for
+    restart 0, else one derived from (seed, restart)."""
+    if restart < 0:
+        raise ValueError("a restart is 0 or more")
+    if restart == 0:
+        return seed
+    import hashlib
+
+    digest = hashlib.sha256(f"restart:{seed}:{restart}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def new_model(arch: str, loss: str = "bce") -> Any:
@@ -204,6 +221,7 @@ def train(
 
     from detectors.synthetic import ocsoftmax
 
+    seed = restart_seed(seed, cfg.restart)
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     model = new_model(cfg.arch, cfg.loss)
@@ -279,6 +297,8 @@ def stage_key(
         from detectors.synthetic import pairs
 
         fields += ("paired", pairs.VERSION)
+    if cfg.restart:
+        fields += ("restart", cfg.restart)
     if cfg.loss != "bce":  # bce keys stay as they were (cached state dicts)
         from detectors.synthetic import ocsoftmax
 
