@@ -137,8 +137,9 @@ def add_parser(sub: Any, name: str) -> None:
         action="store_true",
         help="train each resynthesis spoof (WORLD, Griffin-Lim) beside a window of its own "
         "source file, same offset, same channel, same batch, so only the vocoder's "
-        "artefacts tell them apart; measured at two seeds: never-trained generators better "
-        "at both, dev worse at one, so not the default (docs/models/synthetic_voice.md)",
+        "artefacts tell them apart; measured twice at two seeds against the default: within "
+        "its build-to-build spread, dev worse in the second run, so not the default "
+        "(docs/models/synthetic_voice.md)",
     )
     p.add_argument(
         "--restart",
