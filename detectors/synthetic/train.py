@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from detectors.synthetic.channel import RATE, augment, to_8k  # noqa: F401
-from detectors.synthetic.dataset import Clip
+from detectors.synthetic.dataset import Clip, _stable
 from detectors.synthetic.generators import SYSTEMS
 
 FloatArray = npt.NDArray[np.float32]
@@ -90,12 +90,7 @@ def restart_seed(seed: int, restart: int) -> int:
     restart 0, else one derived from (seed, restart)."""
     if restart < 0:
         raise ValueError("a restart is 0 or more")
-    if restart == 0:
-        return seed
-    import hashlib
-
-    digest = hashlib.sha256(f"restart:{seed}:{restart}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
+    return seed if restart == 0 else _stable("restart", seed, restart)
 
 
 def new_model(arch: str, loss: str = "bce") -> Any:
