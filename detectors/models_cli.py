@@ -152,6 +152,16 @@ def add_parser(sub: Any, name: str) -> None:
         "the model's version gets .rN",
     )
     p.add_argument(
+        "--distil",
+        type=int,
+        default=0,
+        metavar="K",
+        help="train one network towards its label mixed with the mean of K restarts of this "
+        "recipe (--restart 0 .. K-1, reused from the work directory or trained first), on "
+        "the same windows: an ensemble's steadiness at one network's run-time cost; K + 1 "
+        "trainings when nothing is cached (docs/models/synthetic_voice.md); version .dK",
+    )
+    p.add_argument(
         "--loss",
         choices=["bce", "ocsoftmax"],
         default="bce",
@@ -331,6 +341,7 @@ def run(args: argparse.Namespace) -> int:
             with_bonafide=tuple(dict.fromkeys(args.with_bonafide or ())),
             paired=args.paired,
             restart=args.restart,
+            distil=args.distil,
             windows=args.windows,
             epochs=args.epochs,
         )

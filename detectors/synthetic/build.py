@@ -51,6 +51,7 @@ from detectors.synthetic import (
     neural_vocoder,
     train,
 )
+from detectors.synthetic import distil as distil_mod
 from detectors.synthetic.dataset import Budget, Clip
 from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 
@@ -389,6 +390,7 @@ def build(
     with_bonafide: tuple[str, ...] = (),
     paired: bool = False,
     restart: int = 0,
+    distil: int = 0,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     if arch not in NAMES:
@@ -413,9 +415,10 @@ def build(
     # the optional steps of the training channel (--codec-aug, --rawboost)
     cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
     cfg = replace(cfg, paired=cfg.paired or paired)  # --paired, likewise
-    cfg = replace(cfg, restart=restart or cfg.restart)
+    cfg = replace(cfg, restart=restart or cfg.restart, distil=distil or cfg.distil)
     if cfg.restart < 0:
         raise BuildError("--restart must be 0 or more")
+    check_distil(cfg, loss)
     if cfg.paired and (cfg.windows % 2 or cfg.stage2_windows % 2):
         raise BuildError("--paired trains windows two by two: --windows must be even")
     if loss not in train.LOSSES:
@@ -431,15 +434,28 @@ def build(
     import torch
 
     t0 = time.monotonic()
-    suffix = f"s{seed}{'-quick' if quick else ''}{'' if arch == 'cnn' else '-' + arch}"
-    suffix += f"-r{cfg.restart}" if cfg.restart else ""
+    suffix = stage_suffix(seed, quick, cfg)
     trained = [c.system for c in parts["train"] if c.label == 1]
     added = ivr_voices.added_speakers(utts)  # pinned to train
-    cached = work / f"model-{suffix}-stage1-{train.stage_key(cfg, 1, trained, added)}.pt"
-    model, losses = _stage(cached, say, arch, cfg.loss)
-    if model is None:
-        model, losses = train.train(windows, labels, cfg, seed, say)
-        torch.save(model.state_dict(), cached)
+
+    def stage1(c: TrainConfig, targets: Any) -> tuple[Any, list[float]]:
+        name = f"model-{stage_suffix(seed, quick, c)}-stage1-"
+        cached = work / f"{name}{train.stage_key(c, 1, trained, added)}.pt"
+        model, losses = _stage(cached, say, arch, c.loss)
+        if model is None:
+            model, losses = train.train(windows, targets, c, seed, say)
+            torch.save(model.state_dict(), cached)
+        return model, losses
+
+    targets = labels
+    if cfg.distil:  # the teachers: this recipe's builds at --restart 0 .. K-1
+        teachers = []
+        for r in range(cfg.distil):
+            say(f"teacher {r + 1}/{cfg.distil}: restart {r}")
+            teachers.append(stage1(replace(cfg, distil=0, restart=r), labels)[0])
+        targets = distil_mod.targets(labels, distil_mod.teacher_p(teachers, windows))
+        say(f"student targets: mean {float(np.mean(targets)):.3f} over {len(targets)} windows")
+    model, losses = stage1(cfg, targets)
     if cfg.stage2_windows:
         cached = work / f"model-{suffix}-stage2-{train.stage_key(cfg, 2, trained, added)}.pt"
         final, more = _stage(cached, say, arch, cfg.loss)
@@ -475,10 +491,17 @@ def build(
     version = f"{VERSION}{'-quick' if quick else ''}+s{seed}"
     version += f".lofo-{hold_out}" if hold_out else ""
     version += f".r{cfg.restart}" if cfg.restart else ""
+    version += f".d{cfg.distil}" if cfg.distil else ""
     families = sorted({c.system for c in parts["train"] if c.label == 1})
     provenance = (
         f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}"
         + (f", restart {cfg.restart}" if cfg.restart else "")
+        + (
+            f", distilled from restarts 0-{cfg.distil - 1} (targets "
+            f"{distil_mod.WEIGHT:.0%} their mean logit's P(spoof))"
+            if cfg.distil
+            else ""
+        )
         + (f", {hold_out} held out" if hold_out else "")
         + f", arch {arch}) "
         f"on the shared speech corpus: {len(train_bona)} bona fide training speakers, "
@@ -541,6 +564,27 @@ def build(
     return BuildResult(installed, report, model)
 
 
+def stage_suffix(seed: int, quick: bool, cfg: TrainConfig) -> str:
+    """The work-directory name part of a build's trained weights and report."""
+    suffix = f"s{seed}{'-quick' if quick else ''}{'' if cfg.arch == 'cnn' else '-' + cfg.arch}"
+    suffix += f"-r{cfg.restart}" if cfg.restart else ""
+    return suffix + (f"-d{cfg.distil}" if cfg.distil else "")
+
+
+def check_distil(cfg: TrainConfig, loss: str) -> None:
+    """--distil's combinations: a student of restarts 0 .. K-1 of the binary
+    cross-entropy recipe (their first stage; a second stage, where asked for, continues
+    from the student's)."""
+    if not cfg.distil:
+        return
+    if cfg.distil < 2:
+        raise BuildError("--distil takes 2 teachers or more")
+    if cfg.restart:
+        raise BuildError("--distil trains its own student: it does not take --restart")
+    if loss != "bce":
+        raise BuildError("--distil's soft targets need --loss bce")
+
+
 def train_config(
     arch: str,
     quick: bool,
@@ -583,6 +627,7 @@ def run_cli(
     windows: int | None = None,
     epochs: int | None = None,
     restart: int = 0,
+    distil: int = 0,
 ) -> int:
     from detectors.aasist.importer import torch_available
 
@@ -612,6 +657,7 @@ def run_cli(
             with_bonafide=with_bonafide,
             paired=paired,
             restart=restart,
+            distil=distil,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:

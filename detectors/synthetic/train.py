@@ -77,6 +77,8 @@ class TrainConfig:
     # from restart_seed(seed, n), on the same split, spoofs and windows, so that builds
     # of one recipe that differ in nothing else show how far training alone spreads
     restart: int = 0
+    # --distil K: a student of restarts 0 .. K-1 (distil.py); 0: trained on the labels alone
+    distil: int = 0
 
 
 QUICK = TrainConfig(windows=96, epochs=1, batch=16, stage2_windows=32, stage2_epochs=1)
@@ -210,13 +212,19 @@ def train(
     progress: Callable[[str], None] | None = None,
     init: Any = None,
 ) -> tuple[Any, list[float]]:
-    """The trained network (eval mode) and the mean loss of each epoch; ``init``: a state
-    dict to start from (the second stage), which also selects the stage-2 schedule."""
+    """The trained network (eval mode) and the mean loss of each epoch; ``labels`` may be
+    soft (a student's targets, distil.py); ``init``: a state dict to start from (the second
+    stage), which also selects the stage-2 schedule."""
     import torch
 
     from detectors.synthetic import ocsoftmax
 
-    seed = restart_seed(seed, cfg.restart)
+    if cfg.distil:
+        from detectors.synthetic import distil
+
+        seed = distil.seed(seed, cfg.distil)
+    else:
+        seed = restart_seed(seed, cfg.restart)
     torch.manual_seed(seed)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     model = new_model(cfg.arch, cfg.loss)
@@ -294,6 +302,10 @@ def stage_key(
         fields += ("paired", pairs.VERSION)
     if cfg.restart:
         fields += ("restart", cfg.restart)
+    if cfg.distil:
+        from detectors.synthetic import distil
+
+        fields += ("distil", cfg.distil, distil.VERSION, distil.WEIGHT)
     if cfg.loss != "bce":  # bce keys stay as they were (cached state dicts)
         from detectors.synthetic import ocsoftmax
 
