@@ -453,7 +453,8 @@ def build(
         for r in range(cfg.distil):
             say(f"teacher {r + 1}/{cfg.distil}: restart {r}")
             teachers.append(stage1(replace(cfg, distil=0, restart=r), labels)[0])
-        targets = distil_mod.targets(labels, distil_mod.teacher_p(teachers, windows, say))
+        scorers = [_scorer(ort_session(export_onnx(t))) for t in teachers]
+        targets = distil_mod.targets(labels, distil_mod.teacher_p(scorers, windows, say))
         say(f"student targets: mean {float(np.mean(targets)):.3f} over {len(targets)} windows")
     model, losses = stage1(cfg, targets)
     if cfg.stage2_windows:

@@ -39,15 +39,28 @@ def test_the_teachers_are_fused_as_fuse_synthetic_fuses_two_models() -> None:
 
     torch.manual_seed(3)
     a, b = train.new_model("cnn").eval(), train.new_model("cnn").eval()
+
+    def scorer(m: Any) -> Callable[[np.ndarray], np.ndarray]:
+        def score(x: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                out: np.ndarray = m(torch.from_numpy(x)).numpy().reshape(-1)
+            return out
+
+        return score
+
     rng = np.random.default_rng(2)
     windows = (rng.standard_normal((5, train.WINDOW)) * 4000).astype(np.int16)
-    x = torch.from_numpy(windows.astype(np.float32) / 32768.0)
-    with torch.no_grad():
-        pa, pb = a(x).numpy().reshape(-1), b(x).numpy().reshape(-1)
+    x = windows.astype(np.float32) / 32768.0
+    pa, pb = scorer(a)(x), scorer(b)(x)
     assert not np.allclose(pa, pb)
     want = fusion_study.fuse(pa, pb, "logit", 0.5)
-    assert np.allclose(distil.teacher_p([a, b], windows), want, atol=1e-5)
-    assert np.allclose(distil.teacher_p([a], windows), pa, atol=1e-5)
+    said: list[str] = []
+    got = distil.teacher_p([scorer(a), scorer(b)], windows, said.append)
+    assert got.dtype == np.float32 and np.allclose(got, want, atol=1e-6)
+    assert said == ["  teachers scored 5/5 windows"]
+    assert np.allclose(distil.teacher_p([scorer(a)], windows), pa, atol=1e-6)
+    with pytest.raises(ValueError):
+        distil.teacher_p([], windows)
 
 
 def test_distil_is_in_the_cache_key_and_zero_keeps_it() -> None:
