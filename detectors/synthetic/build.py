@@ -498,8 +498,8 @@ def build(
         f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}"
         + (f", restart {cfg.restart}" if cfg.restart else "")
         + (
-            f", distilled from restarts 0-{cfg.distil - 1} (targets "
-            f"{distil_mod.WEIGHT:.0%} their mean logit's P(spoof))"
+            f", distilled from restarts 0-{cfg.distil - 1} (each target "
+            f"{1 - distil_mod.WEIGHT:.0%} the label, {distil_mod.WEIGHT:.0%} their fused P(spoof))"
             if cfg.distil
             else ""
         )

@@ -2,8 +2,9 @@
 
 Why: builds of one recipe that differ only in their initial weights, or in two training
 files of ~1,800, land 2-4 EER points apart (docs/models/synthetic_voice.md). An ensemble
-of restarts averages that spread away, but costs K networks per window at run time
-(``fuse-synthetic`` ships two as one graph). Distillation keeps the run-time cost of one
+of restarts evens some of that out (two restarts fused read level with the better one on
+test at two seeds), but costs K networks per window at run time (``fuse-synthetic`` ships
+two as one graph). Distillation keeps the run-time cost of one
 network: the student trains on the very windows its teachers trained on, towards
 
     target = (1 - WEIGHT) * label + WEIGHT * sigmoid(mean over teachers of their logit)
