@@ -270,3 +270,104 @@ def test_restarted_dispatcher_queues_its_own_unacked_entries_before_new_ones(
     for call, ids in ids_by_call(receiver).items():
         assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
     assert client.xpending(Keys(settings.key_prefix).alerts, "webhooks")["pending"] == 0
+
+
+def test_intake_that_failed_mid_batch_queues_those_entries_before_newer_ones(
+    wh_settings: BusSettings,
+    client: redis.Redis,
+    store: EndpointStore,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Redis went away after XREADGROUP handed the batch over and before it was queued:
+    # the same process goes on reading, and the next revisions of those calls must not
+    # overtake the stranded ones (XAUTOCLAIM would take them back only an hour later)
+    settings = wh_settings.model_copy(update={"webhook_claim_idle_ms": 3_600_000})
+    _, secret = store.add(receiver.url, allow_private=True)
+    receiver.secrets = [secret]
+    clock = VirtualClock()
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        d = _dispatcher(settings, clock)
+        await d.setup()
+        assert await d.intake() == 0  # the periodic reclaim's first turn: nothing yet
+        first = _publish(client, settings, [make_alert(c, revision=1) for c in range(4)])
+        real = d.queue.enqueue
+
+        async def gone(*args: object, **kwargs: object) -> bool:
+            raise redis.ConnectionError("Connection closed by server.")
+
+        monkeypatch.setattr(d.queue, "enqueue", gone)
+        with pytest.raises(redis.ConnectionError):
+            await d.intake()
+        monkeypatch.setattr(d.queue, "enqueue", real)
+        later = _publish(client, settings, [make_alert(c, revision=2) for c in range(4)])
+        await _drive(d, clock)
+        await d.aclose()
+        return first, later
+
+    first, later = asyncio.run(scenario())
+    assert set(receiver.first) == set(first + later) and receiver.duplicates == 0
+    for call, ids in ids_by_call(receiver).items():
+        assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
+    assert client.xpending(Keys(settings.key_prefix).alerts, "webhooks")["pending"] == 0
+
+
+def test_a_late_second_attempt_of_a_head_neither_pops_nor_delays_the_next_event(
+    wh_settings: BusSettings, client: redis.Redis
+) -> None:
+    # Two attempts of one head: the claim's lease ran out while the first was still
+    # sending, so the head was claimed again. The first delivers and the queue moves on;
+    # the second then ends too. It must not take the next event with it (lost, marked
+    # delivered) nor push that event's due time back.
+    clock = VirtualClock()
+    keys = Keys(wh_settings.key_prefix)
+
+    async def scenario() -> None:
+        d = _dispatcher(wh_settings, clock)
+        q = d.queue
+        now = clock.now()
+        for rev in (1, 2):
+            assert await q.enqueue("ep", f"call-7.r{rev}", "call-7", "{}", now)
+        first = await q.head("ep|call-7")
+        second = await q.head("ep|call-7")
+        assert first is not None and first == second
+        assert await q.finish(first, now + 1, "delivered")
+        assert not await q.finish(second, now + 2, "delivered")  # the late one
+        assert not await q.retry_at(second, now + 999, 2, "503")
+        nxt = await q.head("ep|call-7")
+        assert nxt is not None and nxt.event_id == "call-7.r2" and nxt.attempts == 0
+        assert await q.next_due() == now + 1  # due when the first attempt finished
+        assert await q.retry_at(nxt, now + 5, 1, "503")  # its own failure does move it
+        assert await q.next_due() == now + 5
+        await d.aclose()
+
+    asyncio.run(scenario())
+    assert client.hget(keys.wh_delivery("ep", "call-7.r2"), "status") == b"pending"
+
+
+def test_a_head_whose_lease_ran_out_mid_attempt_is_not_tried_twice_at_once(
+    wh_settings: BusSettings, client: redis.Redis, store: EndpointStore, receiver: Receiver
+) -> None:
+    settings = wh_settings.model_copy(update={"webhook_claim_lease_s": 0.01})
+    _, secret = store.add(receiver.url, allow_private=True)
+    receiver.secrets, receiver.delay_s = [secret], 0.5  # each attempt outlives the lease
+    published = _publish(client, settings, [make_alert(1)])
+    clock = VirtualClock()
+
+    async def scenario() -> int:
+        d = _dispatcher(settings, clock)
+        await d.setup()
+        await d.intake()
+        inflight: set[asyncio.Task[None]] = set()
+        await d._start_due(inflight)
+        assert len(inflight) == 1
+        clock.advance(1.0)  # the lease is long gone, the attempt is not
+        await d._start_due(inflight)
+        started = len(inflight)
+        await asyncio.gather(*inflight)
+        await d.aclose()
+        return started
+
+    assert asyncio.run(scenario()) == 1
+    assert list(receiver.first) == published and receiver.requests == 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from datetime import UTC, datetime
@@ -74,6 +75,11 @@ class Dispatcher:
         self._sem = asyncio.Semaphore(settings.webhook_concurrency)
         self._wake = asyncio.Event()
         self._last_claim = 0.0
+        # an intake that failed between reading entries and acknowledging them (Redis
+        # went away mid-batch): its entries stay pending for this consumer, and the next
+        # intake queues them before anything newer, as ``recover`` does at a restart
+        self._unsettled = False
+        self._busy: set[str] = set()  # queue heads with an attempt in flight here
         self.stats: dict[str, int] = {
             "intake": 0,
             "enqueued": 0,
@@ -207,12 +213,16 @@ class Dispatcher:
 
     async def intake(self, block_ms: int | None = None) -> int:
         n = 0
+        if self._unsettled:
+            n += await self.recover()
+        self._unsettled = True
         if time.monotonic() - self._last_claim >= self._s.webhook_claim_idle_ms / 2000:
             self._last_claim = time.monotonic()
             for stream in self.streams:
                 n += await self.process(await self.reclaim(stream), stream=stream)
         for stream, entries in (await self.read_streams(block_ms)).items():
             n += await self.process(entries, stream=stream)
+        self._unsettled = False
         return n
 
     # --- delivery ---------------------------------------------------------------------
@@ -233,17 +243,25 @@ class Dispatcher:
 
     async def _start_due(self, inflight: set[asyncio.Task[None]]) -> None:
         """Claim due queue heads and start their attempts without waiting for them, so
-        one slow receiver does not hold back the others' next deliveries."""
+        one slow receiver does not hold back the others' next deliveries. A head whose
+        lease ran out while its attempt still waits or runs here is not tried twice at
+        once: that attempt's outcome reschedules it."""
         room = min(256, 4 * self._s.webhook_concurrency - len(inflight))
         if room <= 0:
             return
         for m in await self.queue.claim(self._clock.now(), self._lease_s, room):
+            if m in self._busy:
+                continue
+            self._busy.add(m)
             task = asyncio.create_task(self._deliver(m))
             inflight.add(task)
-            task.add_done_callback(lambda t: self._attempt_done(t, inflight))
+            task.add_done_callback(functools.partial(self._attempt_done, m=m, inflight=inflight))
 
-    def _attempt_done(self, task: asyncio.Task[None], inflight: set[asyncio.Task[None]]) -> None:
+    def _attempt_done(
+        self, task: asyncio.Task[None], m: str, inflight: set[asyncio.Task[None]]
+    ) -> None:
         inflight.discard(task)
+        self._busy.discard(m)
         self._wake.set()
         if not task.cancelled() and task.exception() is not None:
             # Redis went away mid-attempt: the claim's lease brings the head back
@@ -256,8 +274,8 @@ class Dispatcher:
                 return
             raw = await self._c.hget(self._k.wh_endpoints, d.endpoint_id)
             if raw is None:
-                await self.queue.finish(d, self._clock.now(), "dead", reason="endpoint deleted")
-                self.stats["dead"] += 1
+                if await self.queue.finish(d, self._clock.now(), "dead", reason="endpoint deleted"):
+                    self.stats["dead"] += 1
                 return
             endpoint = Endpoint.model_validate_json(raw)
             if not endpoint.enabled:
@@ -292,10 +310,10 @@ class Dispatcher:
             }
         )
         if result.ok:
-            await self.queue.finish(
+            if await self.queue.finish(
                 d, now, "delivered", attempts=str(attempts), stale=str(int(stale))
-            )
-            self.stats["delivered"] += 1
+            ):
+                self.stats["delivered"] += 1
         elif result.status == 410:
             await self._disable(endpoint, "410 Gone")
             await self.queue.retry_at(d, now, attempts, result.error)
@@ -304,11 +322,11 @@ class Dispatcher:
             throttled = result.status in (429, 502, 503, 504)
             delay = self._policy.delay_after(attempts, result.retry_after if throttled else None)
             if delay is None:
-                await self.queue.finish(
+                if await self.queue.finish(
                     d, now, "dead", attempts=str(attempts), last_error=result.error[:300]
-                )
-                self.stats["dead"] += 1
-                log.warning("webhook %s to %s dead-lettered", d.event_id, endpoint.id)
+                ):
+                    self.stats["dead"] += 1
+                    log.warning("webhook %s to %s dead-lettered", d.event_id, endpoint.id)
             else:
                 await self.queue.retry_at(d, now + delay, attempts, result.error)
 
@@ -326,6 +344,9 @@ class Dispatcher:
         inflight: set[asyncio.Task[None]] = set()
         try:
             while not stop.is_set():
+                if intake.done():  # not Redis going away (that it retries): a defect
+                    intake.result()
+                    raise RuntimeError("the webhook intake stopped")
                 self._wake.clear()  # before looking: a wake-up during the look is kept
                 try:
                     await self._start_due(inflight)
@@ -356,6 +377,6 @@ class Dispatcher:
         while not stop.is_set():
             try:
                 await self.intake(block_ms=500)
-            except redis.ConnectionError as exc:
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("redis unavailable to the webhook intake: %s", exc)
                 await asyncio.sleep(0.5)

@@ -6,7 +6,8 @@ again after XAUTOCLAIM).
 
 A queue head is claimed by moving its due time forward by a lease: if the dispatcher
 dies mid-send, the lease expires and the head is tried again (at least once; receivers
-dedupe on ``webhook-id``).
+dedupe on ``webhook-id``). An attempt's outcome applies only while its event is still the
+head, so a second attempt that ends after the first changes nothing.
 """
 
 from __future__ import annotations
@@ -34,18 +35,32 @@ for _, x in ipairs(m) do redis.call('ZADD', KEYS[1], 'XX', ARGV[2], x) end
 return m
 """
 
-# Pop the head (delivered or dead) and schedule the next one.
-# KEYS: queue, due, delivery, dead. ARGV: member, now, status, delivery key, extra fields...
+# Pop the head (delivered or dead) and schedule the next one; only while the head is
+# still this event: a second attempt of the same head (its lease ran out mid-send) that
+# ends after the first must not pop the event behind it, undelivered.
+# KEYS: queue, due, delivery, dead. ARGV: member, now, status, delivery key, event_id,
+# extra fields...
 _ADVANCE = """
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[5] then return 0 end
 redis.call('LPOP', KEYS[1])
 redis.call('HSET', KEYS[3], 'status', ARGV[3], 'finished', ARGV[2])
-for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
 if ARGV[3] == 'dead' then redis.call('ZADD', KEYS[4], ARGV[2], ARGV[4]) end
 if redis.call('LLEN', KEYS[1]) > 0 then
   redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 else
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
+return 1
+"""
+
+# A failed attempt: note it and move the head's due time; only while the head is still
+# this event (a late second attempt must not delay the next one).
+# KEYS: queue, due, delivery. ARGV: member, at, event_id, attempts, error
+_RETRY = """
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[3], 'attempts', ARGV[4], 'last_error', ARGV[5])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
 return 1
 """
 
@@ -93,6 +108,7 @@ class DeliveryQueue:
         self._enqueue = client.register_script(_ENQUEUE)
         self._claim = client.register_script(_CLAIM)
         self._advance = client.register_script(_ADVANCE)
+        self._retry = client.register_script(_RETRY)
         self._replay = client.register_script(_REPLAY)
 
     async def enqueue(
@@ -132,20 +148,25 @@ class DeliveryQueue:
             created=float(h["created"]),
         )
 
-    async def finish(self, d: Delivery, now: float, status: str, **fields: str) -> None:
-        """``status`` delivered or dead: pop the head, schedule the next event."""
+    async def finish(self, d: Delivery, now: float, status: str, **fields: str) -> bool:
+        """``status`` delivered or dead: pop the head, schedule the next event. False
+        (nothing changed) when ``d`` is no longer the head: another attempt finished it."""
         k = self._k
         extra = [x for kv in fields.items() for x in kv]
-        await self._advance(
+        done = await self._advance(
             keys=[k.wh_queue(d.endpoint_id, d.call_key), k.wh_due, d.key, k.wh_dead],
-            args=[member(d.endpoint_id, d.call_key), now, status, d.key, *extra],
+            args=[member(d.endpoint_id, d.call_key), now, status, d.key, d.event_id, *extra],
         )
+        return bool(done)
 
-    async def retry_at(self, d: Delivery, at: float, attempts: int, error: str) -> None:
-        pipe = self._c.pipeline(transaction=True)
-        pipe.hset(d.key, mapping={"attempts": attempts, "last_error": error[:300]})
-        pipe.zadd(self._k.wh_due, {member(d.endpoint_id, d.call_key): at}, xx=True)
-        await pipe.execute()
+    async def retry_at(self, d: Delivery, at: float, attempts: int, error: str) -> bool:
+        """Try ``d`` again at ``at``; False when it is no longer the head."""
+        k = self._k
+        done = await self._retry(
+            keys=[k.wh_queue(d.endpoint_id, d.call_key), k.wh_due, d.key],
+            args=[member(d.endpoint_id, d.call_key), at, d.event_id, attempts, error[:300]],
+        )
+        return bool(done)
 
     async def park(self, d: Delivery) -> None:
         """The endpoint is disabled: keep the queue, stop scheduling it."""
