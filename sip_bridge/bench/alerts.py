@@ -250,6 +250,23 @@ def _attempts(client: redis.Redis, keys: Keys, since: str) -> dict[str, tuple[in
     return out
 
 
+def _logged(
+    client: redis.Redis, keys: Keys, since: str, sinks: list[_Sink], ids: set[str]
+) -> dict[str, tuple[int, int]]:
+    """The attempt log once it holds every delivery the receivers saw: a receiver notes
+    an alert on arrival, the dispatcher logs the attempt once the answer is back (a slow
+    receiver answers ``--slow-ms`` later), so reading it the moment the drain ends would
+    miss the last ones."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        got = _attempts(client, keys, since)
+        if all(got.get(s.endpoint_id, (0, 0))[0] >= len(ids & set(s.first)) for s in sinks):
+            return got
+        if time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
 def _owed(
     client: redis.Redis, keys: Keys, endpoint_id: str, ids: set[str], backlog: bool
 ) -> dict[str, int]:
@@ -301,9 +318,9 @@ def _dispatched(
     sent, took = _paced(alerts, rate, pub.publish_alert, mid)
     pub.flush(30.0)
     _drain(sinks, set(sent), DRAIN_S)
+    attempts = _logged(client, keys, since, sinks, set(sent))
     last_arrival = max((max(s.first.values(), default=0.0) for s in sinks), default=0.0)
     first_sent = min(sent.values())
-    attempts = _attempts(client, keys, since)
     backlog = _backlog(client, keys)
     endpoints: list[dict[str, Any]] = []
     for s in sinks:
