@@ -246,6 +246,8 @@ def components(prefix: str) -> dict[str, Component]:
                     "srem",
                     "smembers",
                     "xadd",
+                    "get",  # the intake's holder (the lead and enqueue scripts)
+                    "set",
                 ),
             ),
             selectors=(

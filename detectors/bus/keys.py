@@ -190,6 +190,12 @@ class Keys:
         return f"{self.prefix}wh:q:{endpoint_id}:{call_key}"
 
     @property
+    def wh_intake(self) -> str:
+        """String: the consumer that holds the intake (one reader per group keeps
+        per-call order across dispatchers), with a TTL it renews."""
+        return f"{self.prefix}wh:intake"
+
+    @property
     def wh_due(self) -> str:
         """Sorted set: queue name -> when its head is due (clock seconds)."""
         return f"{self.prefix}wh:due"

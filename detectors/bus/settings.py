@@ -98,7 +98,11 @@ class BusSettings(BaseSettings):
     webhook_allow_private_targets: bool = False  # loopback/private targets (tests, labs)
     webhook_group: str = "webhooks"
     webhook_consumer: str | None = None  # default: node_id
-    webhook_claim_idle_ms: int = Field(default=30_000, ge=1)
+    # the intake's lease: one dispatcher of the group reads the streams at a time
+    # (per-call order across dispatchers) and renews it at every read (every <= 0.5 s);
+    # the others deliver. When a reader dies, this long later another takes over the
+    # intake, the dead one's unacknowledged entries first
+    webhook_claim_idle_ms: int = Field(default=5_000, ge=1)
     # how long a claimed queue head is held before it is tried again, which is how long
     # a dispatcher killed mid-send delays that call's queue; must exceed the longest
     # send (default: the durable timeout + 30 s)

@@ -55,9 +55,9 @@ PREFIX = "bench:"
 KINDS = ("fast", "slow", "flaky")
 DRAIN_S = 20.0  # after the last publish: the flaky endpoints' retries need up to 7 s
 # What a Redis kill -9 can cost the dispatcher: its last second of writes (AOF everysec:
-# an XACK, a claim, a finished delivery). It finds its way back through XAUTOCLAIM
-# (entries idle this long) and the claim lease; shorter than the defaults (30 s, 45 s)
-# so the restart phase can wait them out. A send must stay within the lease.
+# an XACK, a claim, a finished delivery). It finds its way back through the intake's
+# take-over (unacknowledged entries first) and the claim lease, shorter than the default
+# (45 s) so the restart phase can wait it out. A send must stay within the lease.
 DISPATCHER = {
     "webhook_claim_idle_ms": 5000,
     "webhook_claim_lease_s": 8.0,

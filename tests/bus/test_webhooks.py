@@ -20,6 +20,7 @@ from detectors.bus.codec import encode
 from detectors.bus.keys import Keys
 from detectors.bus.settings import BusSettings
 from detectors.bus.webhooks.dispatcher import Dispatcher
+from detectors.bus.webhooks.queue import NotIntakeHolderError
 from detectors.bus.webhooks.schedule import RetryPolicy, VirtualClock
 from detectors.bus.webhooks.store import EndpointStore
 
@@ -328,7 +329,7 @@ def test_a_late_second_attempt_of_a_head_neither_pops_nor_delays_the_next_event(
         q = d.queue
         now = clock.now()
         for rev in (1, 2):
-            assert await q.enqueue("ep", f"call-7.r{rev}", "call-7", "{}", now)
+            assert await q.enqueue("ep", f"call-7.r{rev}", "call-7", "{}", now, "d1")
         first = await q.head("ep|call-7")
         second = await q.head("ep|call-7")
         assert first is not None and first == second
@@ -371,3 +372,45 @@ def test_a_head_whose_lease_ran_out_mid_attempt_is_not_tried_twice_at_once(
 
     assert asyncio.run(scenario()) == 1
     assert list(receiver.first) == published and receiver.requests == 1
+
+
+def test_two_dispatchers_keep_per_call_order_and_a_paused_reader_queues_nothing(
+    wh_settings: BusSettings, client: redis.Redis, store: EndpointStore, receiver: Receiver
+) -> None:
+    # Scaled out: two dispatchers in one group. Were both reading, one could hold a
+    # call's first revision while the other queues and delivers its second. One reads
+    # at a time; here the reader pauses holding a batch, its lease runs out, the other
+    # takes over the intake with that batch first, and the paused one, resuming, is
+    # refused its now stale batch.
+    settings = wh_settings.model_copy(update={"webhook_claim_idle_ms": 3_600_000})
+    _, secret = store.add(receiver.url, allow_private=True)
+    receiver.secrets = [secret]
+    clock = VirtualClock()
+    keys = Keys(settings.key_prefix)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        a = _dispatcher(settings, clock, consumer="a")
+        b = _dispatcher(settings, clock, consumer="b")
+        await a.setup()
+        assert await a.intake() == 0  # a holds the intake
+        first = _publish(client, settings, [make_alert(c, revision=1) for c in range(4)])
+        batch = await a.read_new()  # read, then paused before queueing
+        assert len(batch) == 4
+        assert await b.intake() == 0 and await b.queue.next_due() is None  # b waits
+        client.delete(keys.wh_intake)  # a's lease runs out
+        later = _publish(client, settings, [make_alert(c, revision=2) for c in range(4)])
+        assert await b.intake() == 8  # a's batch, then what is new
+        assert b.stats["reclaimed"] == 4
+        with pytest.raises(NotIntakeHolderError):
+            await a.process(batch)  # a resumes: refused, acknowledges nothing
+        assert await a.intake() == 0  # and reads nothing while b holds the intake
+        await _drive(b, clock)
+        await a.aclose()
+        await b.aclose()
+        return first, later
+
+    first, later = asyncio.run(scenario())
+    assert set(receiver.first) == set(first + later) and receiver.duplicates == 0
+    for call, ids in ids_by_call(receiver).items():
+        assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
+    assert client.xpending(keys.alerts, "webhooks")["pending"] == 0

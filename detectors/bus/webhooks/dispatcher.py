@@ -4,9 +4,13 @@ through a consumer group, deliveries out per Standard Webhooks (DESIGN.md §6).
 Intake: ``XREADGROUP`` on the alert stream and the system-event stream (coverage
 degraded/recovered; ordered per node); each becomes one delivery per
 matching enabled endpoint (``detectors.bus.webhooks.queue``, idempotent), and only then is the
-entry ``XACK``ed. A dispatcher that dies between the two leaves the entry pending;
-``XAUTOCLAIM`` (by any dispatcher, after ``webhook_claim_idle_ms``) takes it over and the
-enqueue is a no-op for what was already queued.
+entry ``XACK``ed. One dispatcher of the group reads at a time: it holds the intake's lease
+(``webhook_claim_idle_ms``), renewed at every read, and only the holder may queue, so
+two dispatchers never queue a call's revisions out of stream order; the others deliver.
+Whoever gains the intake (a dispatcher after another's lease ran out, a restarted one,
+one whose last turn failed mid-batch) first takes every entry read and never
+acknowledged (``XAUTOCLAIM``) and queues those, oldest first, before reading anything
+new; the enqueue is a no-op for what was already queued.
 
 Delivery: queue heads whose time has come are claimed with a lease and tried; a
 success pops the head (per-call order), a failure schedules the next try on the
@@ -21,7 +25,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +36,7 @@ from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
 from detectors.bus.settings import BusSettings
 from detectors.bus.webhooks.payload import envelope_json, event_type, matches, message_id, parse
-from detectors.bus.webhooks.queue import Delivery, DeliveryQueue
+from detectors.bus.webhooks.queue import Delivery, DeliveryQueue, NotIntakeHolderError
 from detectors.bus.webhooks.schedule import Clock, RetryPolicy, SystemClock
 from detectors.bus.webhooks.sender import Sender
 from detectors.bus.webhooks.store import Endpoint, wants
@@ -74,11 +77,10 @@ class Dispatcher:
         self.sender = Sender(key, settings.webhook_allow_private_targets)
         self._sem = asyncio.Semaphore(settings.webhook_concurrency)
         self._wake = asyncio.Event()
-        self._last_claim = 0.0
-        # an intake that failed between reading entries and acknowledging them (Redis
-        # went away mid-batch): its entries stay pending for this consumer, and the next
-        # intake queues them before anything newer, as ``recover`` does at a restart
-        self._unsettled = False
+        # until a turn of the intake ends cleanly: a dispatcher that has just gained the
+        # intake, or whose last turn failed between reading entries and acknowledging
+        # them (Redis went away mid-batch), takes over every unacknowledged entry first
+        self._unsettled = True
         self._busy: set[str] = set()  # queue heads with an attempt in flight here
         self.stats: dict[str, int] = {
             "intake": 0,
@@ -131,10 +133,8 @@ class Dispatcher:
         return out
 
     async def recover(self) -> int:
-        """At start: the entries this consumer read in an earlier life but never
-        acknowledged (killed between XREADGROUP and XACK), queued before anything new so
-        per-call order holds; XAUTOCLAIM would take them only once idle for
-        ``webhook_claim_idle_ms``, after newer entries of the same call."""
+        """The entries this consumer read (in this life or an earlier one) but never
+        acknowledged, queued oldest first, before anything new so per-call order holds."""
         n = 0
         for stream in self.streams:
             start: bytes | str = "0"
@@ -155,8 +155,8 @@ class Dispatcher:
         self.stats["recovered"] += n
         return n
 
-    async def reclaim(self, stream: str | None = None) -> Entries:
-        """Entries another (crashed) consumer read but never acknowledged."""
+    async def reclaim(self, stream: str | None = None, min_idle_ms: int = 0) -> Entries:
+        """Entries other consumers read but never acknowledged, made this one's."""
         out: Entries = []
         start = "0-0"
         while True:
@@ -164,7 +164,7 @@ class Dispatcher:
                 stream or self._k.alerts,
                 self._s.webhook_group,
                 self.consumer,
-                self._s.webhook_claim_idle_ms,
+                min_idle_ms,
                 start_id=start,
                 count=100,
             )
@@ -198,7 +198,7 @@ class Dispatcher:
                 if not wants(ep, tenant):
                     continue
                 if matches(event_type(message), ep.event_types) and await self.queue.enqueue(
-                    ep.id, message_id(message), call_key(message), body, now
+                    ep.id, message_id(message), call_key(message), body, now, self.consumer
                 ):
                     queued += 1
         if ack:
@@ -211,15 +211,26 @@ class Dispatcher:
             self._wake.set()
         return queued
 
+    async def take_over(self) -> int:
+        """Every entry of the group read and never acknowledged becomes this consumer's
+        (idle or not: only the intake's holder reads, and that is this one now), then
+        they are queued oldest first."""
+        for stream in self.streams:
+            await self.reclaim(stream)
+        return await self.recover()
+
     async def intake(self, block_ms: int | None = None) -> int:
+        """One turn: renew (or wait for) the intake, take over what is unacknowledged
+        when this turn follows no clean one, read and queue what is new."""
+        if not await self.queue.lead(self.consumer, self._s.webhook_claim_idle_ms):
+            self._unsettled = True  # another reads; when this one gains it: take over
+            if block_ms:
+                await asyncio.sleep(block_ms / 1000)
+            return 0
         n = 0
         if self._unsettled:
-            n += await self.recover()
+            n += await self.take_over()
         self._unsettled = True
-        if time.monotonic() - self._last_claim >= self._s.webhook_claim_idle_ms / 2000:
-            self._last_claim = time.monotonic()
-            for stream in self.streams:
-                n += await self.process(await self.reclaim(stream), stream=stream)
         for stream, entries in (await self.read_streams(block_ms)).items():
             n += await self.process(entries, stream=stream)
         self._unsettled = False
@@ -339,7 +350,6 @@ class Dispatcher:
     # --- the process ----------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         await self.setup()
-        await self.recover()
         intake = asyncio.create_task(self._intake_loop(stop))
         inflight: set[asyncio.Task[None]] = set()
         try:
@@ -380,3 +390,5 @@ class Dispatcher:
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("redis unavailable to the webhook intake: %s", exc)
                 await asyncio.sleep(0.5)
+            except NotIntakeHolderError:
+                log.warning("another dispatcher took over the intake mid-batch")

@@ -18,13 +18,27 @@ import redis.asyncio
 
 from detectors.bus.keys import Keys
 
-# KEYS: delivery, queue, due. ARGV: endpoint, event_id, call_key, alert, now, member
+# Only the intake's holder queues, or anyone while nobody holds it: a reader whose lease
+# ran out mid-batch (paused) must not queue an old entry behind the newer ones that the
+# next holder queued. KEYS: delivery, queue, due, intake. ARGV: endpoint, event_id,
+# call_key, alert, now, member, consumer. Returns 1 queued, 0 already queued, -1 another
+# dispatcher holds the intake.
 _ENQUEUE = """
+local holder = redis.call('GET', KEYS[4])
+if holder and holder ~= ARGV[7] then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'endpoint', ARGV[1], 'event_id', ARGV[2], 'call_key', ARGV[3],
   'alert', ARGV[4], 'attempts', 0, 'status', 'pending', 'created', ARGV[5])
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[6])
+return 1
+"""
+
+# Take or renew the intake. KEYS: intake. ARGV: consumer, lease ms. 1 held, 0 not.
+_LEAD = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
@@ -101,19 +115,36 @@ def _s(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
+class NotIntakeHolderError(Exception):
+    """Another dispatcher holds the intake now: this one's batch is not queued."""
+
+
 class DeliveryQueue:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
         self._c = client
         self._k = keys
         self._enqueue = client.register_script(_ENQUEUE)
+        self._lead = client.register_script(_LEAD)
         self._claim = client.register_script(_CLAIM)
         self._advance = client.register_script(_ADVANCE)
         self._retry = client.register_script(_RETRY)
         self._replay = client.register_script(_REPLAY)
 
+    async def lead(self, consumer: str, lease_ms: int) -> bool:
+        """Take or renew the intake for ``consumer``; False while another holds it."""
+        return bool(await self._lead(keys=[self._k.wh_intake], args=[consumer, lease_ms]))
+
     async def enqueue(
-        self, endpoint_id: str, event_id: str, call_key: str, alert_json: str, now: float
+        self,
+        endpoint_id: str,
+        event_id: str,
+        call_key: str,
+        alert_json: str,
+        now: float,
+        consumer: str,
     ) -> bool:
+        """Queue one delivery (False: already queued). Raises ``NotIntakeHolderError`` while
+        another consumer holds the intake."""
         k = self._k
         m = member(endpoint_id, call_key)
         created = await self._enqueue(
@@ -121,9 +152,12 @@ class DeliveryQueue:
                 k.wh_delivery(endpoint_id, event_id),
                 k.wh_queue(endpoint_id, call_key),
                 k.wh_due,
+                k.wh_intake,
             ],
-            args=[endpoint_id, event_id, call_key, alert_json, now, m],
+            args=[endpoint_id, event_id, call_key, alert_json, now, m, consumer],
         )
+        if int(created) < 0:
+            raise NotIntakeHolderError(consumer)
         return bool(created)
 
     async def claim(self, now: float, lease_s: float, limit: int) -> list[str]:
