@@ -99,6 +99,24 @@ async def _drive(d: Dispatcher, clock: VirtualClock, max_steps: int = 5000) -> i
     raise AssertionError("deliveries did not finish")
 
 
+def _one_receiver(settings: BusSettings, store: EndpointStore, receiver: Receiver) -> BusSettings:
+    """One endpoint, and the intake's lease an hour long: only what the test does moves
+    the intake from one dispatcher to another."""
+    _, secret = store.add(receiver.url, allow_private=True)
+    receiver.secrets = [secret]
+    return settings.model_copy(update={"webhook_claim_idle_ms": 3_600_000})
+
+
+def _in_order_once(
+    receiver: Receiver, published: list[str], client: redis.Redis, settings: BusSettings
+) -> None:
+    """Every revision delivered once, each call's 1 before its 2, nothing left pending."""
+    assert set(receiver.first) == set(published) and receiver.duplicates == 0
+    for call, ids in ids_by_call(receiver).items():
+        assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
+    assert client.xpending(Keys(settings.key_prefix).alerts, "webhooks")["pending"] == 0
+
+
 def test_flaky_receiver_gets_everything_once_in_order(
     wh_settings: BusSettings, client: redis.Redis, store: EndpointStore, receiver: Receiver
 ) -> None:
@@ -243,10 +261,7 @@ def test_rotation_signs_with_both_secrets_during_the_overlap(
 def test_restarted_dispatcher_queues_its_own_unacked_entries_before_new_ones(
     wh_settings: BusSettings, client: redis.Redis, store: EndpointStore, receiver: Receiver
 ) -> None:
-    # XAUTOCLAIM would take the stranded entries only after an hour here
-    settings = wh_settings.model_copy(update={"webhook_claim_idle_ms": 3_600_000})
-    _, secret = store.add(receiver.url, allow_private=True)
-    receiver.secrets = [secret]
+    settings = _one_receiver(wh_settings, store, receiver)
     first = _publish(client, settings, [make_alert(c, revision=1) for c in range(4)])
     clock = VirtualClock()
 
@@ -267,10 +282,7 @@ def test_restarted_dispatcher_queues_its_own_unacked_entries_before_new_ones(
         await d.aclose()
 
     asyncio.run(restarted())
-    assert set(receiver.first) == set(first + later) and receiver.duplicates == 0
-    for call, ids in ids_by_call(receiver).items():
-        assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
-    assert client.xpending(Keys(settings.key_prefix).alerts, "webhooks")["pending"] == 0
+    _in_order_once(receiver, first + later, client, settings)
 
 
 def test_intake_that_failed_mid_batch_queues_those_entries_before_newer_ones(
@@ -282,10 +294,8 @@ def test_intake_that_failed_mid_batch_queues_those_entries_before_newer_ones(
 ) -> None:
     # Redis went away after XREADGROUP handed the batch over and before it was queued:
     # the same process goes on reading, and the next revisions of those calls must not
-    # overtake the stranded ones (XAUTOCLAIM would take them back only an hour later)
-    settings = wh_settings.model_copy(update={"webhook_claim_idle_ms": 3_600_000})
-    _, secret = store.add(receiver.url, allow_private=True)
-    receiver.secrets = [secret]
+    # overtake the stranded ones (they stay pending: no other dispatcher takes them)
+    settings = _one_receiver(wh_settings, store, receiver)
     clock = VirtualClock()
 
     async def scenario() -> tuple[list[str], list[str]]:
@@ -308,10 +318,7 @@ def test_intake_that_failed_mid_batch_queues_those_entries_before_newer_ones(
         return first, later
 
     first, later = asyncio.run(scenario())
-    assert set(receiver.first) == set(first + later) and receiver.duplicates == 0
-    for call, ids in ids_by_call(receiver).items():
-        assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
-    assert client.xpending(Keys(settings.key_prefix).alerts, "webhooks")["pending"] == 0
+    _in_order_once(receiver, first + later, client, settings)
 
 
 def test_a_late_second_attempt_of_a_head_neither_pops_nor_delays_the_next_event(
@@ -382,9 +389,7 @@ def test_two_dispatchers_keep_per_call_order_and_a_paused_reader_queues_nothing(
     # at a time; here the reader pauses holding a batch, its lease runs out, the other
     # takes over the intake with that batch first, and the paused one, resuming, is
     # refused its now stale batch.
-    settings = wh_settings.model_copy(update={"webhook_claim_idle_ms": 3_600_000})
-    _, secret = store.add(receiver.url, allow_private=True)
-    receiver.secrets = [secret]
+    settings = _one_receiver(wh_settings, store, receiver)
     clock = VirtualClock()
     keys = Keys(settings.key_prefix)
 
@@ -410,7 +415,4 @@ def test_two_dispatchers_keep_per_call_order_and_a_paused_reader_queues_nothing(
         return first, later
 
     first, later = asyncio.run(scenario())
-    assert set(receiver.first) == set(first + later) and receiver.duplicates == 0
-    for call, ids in ids_by_call(receiver).items():
-        assert [i.rsplit(".r", 1)[1] for i in ids] == ["1", "2"], call
-    assert client.xpending(keys.alerts, "webhooks")["pending"] == 0
+    _in_order_once(receiver, first + later, client, settings)
