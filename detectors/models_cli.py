@@ -158,8 +158,9 @@ def add_parser(sub: Any, name: str) -> None:
         metavar="K",
         help="train one network towards its label mixed with the mean of K restarts of this "
         "recipe (--restart 0 .. K-1, reused from the work directory or trained first), on "
-        "the same windows: an ensemble's steadiness at one network's run-time cost; K + 1 "
-        "trainings when nothing is cached (docs/models/synthetic_voice.md); version .dK",
+        "the same windows, for an ensemble's steadiness at one network's run-time cost; K + 1 "
+        "trainings when nothing is cached; version .dK. Measured at K=2 it was worse on dev "
+        "than the two restarts' mean at both seeds (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
         "--loss",

@@ -13,6 +13,10 @@ network: the student trains on the very windows its teachers trained on, towards
 weights and a batch order of its own (``seed``). The teachers are the recipe's builds at
 ``--restart 0 .. K-1``: cached in the work directory under the same keys as those builds,
 trained first where missing. Nothing here runs at run time.
+
+Measured (2026-12-07, K=2, two speaker splits): the student was worse on dev than the mean
+of its two teachers at both seeds (µ-law 10.5 / 7.1 % against 7.9 / 5.7 %), and it failed
+the rule set before it was built. It is an option, not the default.
 """
 
 from __future__ import annotations
