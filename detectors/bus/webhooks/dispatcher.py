@@ -155,25 +155,21 @@ class Dispatcher:
         self.stats["recovered"] += n
         return n
 
-    async def reclaim(self, stream: str | None = None, min_idle_ms: int = 0) -> Entries:
-        """Entries other consumers read but never acknowledged, made this one's."""
-        out: Entries = []
+    async def reclaim(self, stream: str) -> int:
+        """Make every entry of ``stream`` that other consumers read and never acknowledged
+        this one's (``recover`` then queues them); how many there were."""
+        n = 0
         start = "0-0"
         while True:
             reply: Any = await self._c.xautoclaim(
-                stream or self._k.alerts,
-                self._s.webhook_group,
-                self.consumer,
-                min_idle_ms,
-                start_id=start,
-                count=100,
+                stream, self._s.webhook_group, self.consumer, 0, start_id=start, count=100
             )
             start = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-            out += [(i, f) for i, f in reply[1] if f]  # deleted entries come back empty
+            n += sum(1 for _, f in reply[1] if f)  # deleted entries come back empty
             if start == "0-0":
                 break
-        self.stats["reclaimed"] += len(out)
-        return out
+        self.stats["reclaimed"] += n
+        return n
 
     async def process(self, entries: Entries, ack: bool = True, stream: str | None = None) -> int:
         """Queue a delivery per matching endpoint for each entry of ``stream`` (default:
