@@ -163,6 +163,17 @@ def add_parser(sub: Any, name: str) -> None:
         "than the two restarts' mean at both seeds (docs/models/synthetic_voice.md)",
     )
     p.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        metavar="K",
+        help="train restarts 0 .. K-1 of this recipe (each reused from the work directory "
+        "where a --restart N build left it, so they can run in parallel first) and install "
+        "the one with the lowest dev µ-law EER; K trainings, one network at run time; "
+        "version .rNofK. Over three restarts at two seeds the pick beat the restarts' mean "
+        "on test (docs/models/synthetic_voice.md)",
+    )
+    p.add_argument(
         "--loss",
         choices=["bce", "ocsoftmax"],
         default="bce",
@@ -343,6 +354,7 @@ def run(args: argparse.Namespace) -> int:
             paired=args.paired,
             restart=args.restart,
             distil=args.distil,
+            restarts=args.restarts,
             windows=args.windows,
             epochs=args.epochs,
         )

@@ -52,6 +52,7 @@ from detectors.synthetic import (
     train,
 )
 from detectors.synthetic import distil as distil_mod
+from detectors.synthetic import restarts as restarts_mod
 from detectors.synthetic.dataset import Budget, Clip
 from detectors.synthetic.train import HOP, WINDOW, FloatArray, TrainConfig
 
@@ -391,10 +392,30 @@ def build(
     paired: bool = False,
     restart: int = 0,
     distil: int = 0,
+    restarts: int = 0,
 ) -> BuildResult:
     say = progress or (lambda msg: None)
     if arch not in NAMES:
         raise BuildError(f"unknown architecture {arch!r} (one of {', '.join(NAMES)})")
+    # the training settings first: a combination refused costs no spoof generation
+    cfg = replace(cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch]), arch=arch)
+    # the optional steps of the training channel (--codec-aug, --rawboost)
+    cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
+    cfg = replace(cfg, paired=cfg.paired or paired)  # --paired, likewise
+    cfg = replace(cfg, restart=restart or cfg.restart, distil=distil or cfg.distil)
+    if cfg.restart < 0:
+        raise BuildError("--restart must be 0 or more")
+    check_distil(cfg, loss)
+    try:
+        restarts_mod.check(restarts, cfg.restart, cfg.distil)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from exc
+    if cfg.paired and (cfg.windows % 2 or cfg.stage2_windows % 2):
+        raise BuildError("--paired trains windows two by two: --windows must be even")
+    if loss not in train.LOSSES:
+        raise BuildError(f"unknown loss {loss!r} (one of {', '.join(train.LOSSES)})")
+    if loss != "bce":  # as --codec-aug / --rawboost: the flag adds to a given cfg
+        cfg = replace(cfg, loss=loss)
     started = time.monotonic()
     utts, all_clips, failures = corpus_clips(
         speech_dir, work, seed, quick, with_families, say, with_bonafide
@@ -411,20 +432,6 @@ def build(
             raise BuildError(f"the {p} part needs bona fide and spoof clips")
     say("clips: " + ", ".join(f"{p} {len(v)}" for p, v in parts.items()))
     audio = {p: dataset.load_8k(parts[p]) for p in ("train", "dev")}
-    cfg = replace(cfg or (train.QUICK if quick else TRAIN_BY_ARCH[arch]), arch=arch)
-    # the optional steps of the training channel (--codec-aug, --rawboost)
-    cfg = replace(cfg, codec_aug=cfg.codec_aug or codec_aug, rawboost=cfg.rawboost or rawboost)
-    cfg = replace(cfg, paired=cfg.paired or paired)  # --paired, likewise
-    cfg = replace(cfg, restart=restart or cfg.restart, distil=distil or cfg.distil)
-    if cfg.restart < 0:
-        raise BuildError("--restart must be 0 or more")
-    check_distil(cfg, loss)
-    if cfg.paired and (cfg.windows % 2 or cfg.stage2_windows % 2):
-        raise BuildError("--paired trains windows two by two: --windows must be even")
-    if loss not in train.LOSSES:
-        raise BuildError(f"unknown loss {loss!r} (one of {', '.join(train.LOSSES)})")
-    if loss != "bce":  # as --codec-aug / --rawboost: the flag adds to a given cfg
-        cfg = replace(cfg, loss=loss)
     t0 = time.monotonic()
     windows, labels = train.draw_windows(
         parts["train"], audio["train"], cfg.windows, seed,
@@ -433,8 +440,7 @@ def build(
     say(f"{len(windows)} training windows drawn in {time.monotonic() - t0:.0f} s")
     import torch
 
-    t0 = time.monotonic()
-    suffix = stage_suffix(seed, quick, cfg)
+    suffix = stage_suffix(seed, quick, cfg) + (f"-k{restarts}" if restarts else "")
     trained = [c.system for c in parts["train"] if c.label == 1]
     added = ivr_voices.added_speakers(utts)  # pinned to train
 
@@ -447,40 +453,63 @@ def build(
             torch.save(model.state_dict(), cached)
         return model, losses
 
-    targets = labels
-    if cfg.distil:  # the teachers: this recipe's builds at --restart 0 .. K-1
-        teachers = []
-        for r in range(cfg.distil):
-            say(f"teacher {r + 1}/{cfg.distil}: restart {r}")
-            teachers.append(stage1(replace(cfg, distil=0, restart=r), labels)[0])
-        scorers = [_scorer(ort_session(export_onnx(t))) for t in teachers]
-        targets = distil_mod.targets(labels, distil_mod.teacher_p(scorers, windows, say))
-        say(f"student targets: mean {float(np.mean(targets)):.3f} over {len(targets)} windows")
-    model, losses = stage1(cfg, targets)
-    if cfg.stage2_windows:
-        cached = work / f"model-{suffix}-stage2-{train.stage_key(cfg, 2, trained, added)}.pt"
-        final, more = _stage(cached, say, arch, cfg.loss)
-        if final is None:
-            w2, l2 = train.draw_windows(
-                parts["train"], audio["train"], cfg.stage2_windows, seed + STAGE2_SEED,
-                wide=cfg.stage2_wide, codec_aug=cfg.codec_aug, rawboost=cfg.rawboost,
-                paired=cfg.paired,
-            )  # fmt: skip
-            say(f"stage 2: {len(w2)} fresh windows (wide channel: {cfg.stage2_wide})")
-            final, more = train.train(w2, l2, cfg, seed, say, init=model.state_dict())
-            torch.save(final.state_dict(), cached)
-        model, losses = final, losses + more
-    train_s = time.monotonic() - t0
-    torch.save(model.state_dict(), work / f"model-{suffix}.pt")
-    onnx_bytes = export_onnx(model)
-    session = ort_session(onnx_bytes)
+    def network(c: TrainConfig) -> tuple[Any, list[float]]:
+        """One network of the recipe: stage 1 (towards its teachers' targets under
+        --distil), then stage 2 where the recipe has one; every stage cached."""
+        targets = labels
+        if c.distil:  # the teachers: this recipe's builds at --restart 0 .. K-1
+            teachers = []
+            for r in range(c.distil):
+                say(f"teacher {r + 1}/{c.distil}: restart {r}")
+                teachers.append(stage1(replace(c, distil=0, restart=r), labels)[0])
+            scorers = [_scorer(ort_session(export_onnx(t))) for t in teachers]
+            targets = distil_mod.targets(labels, distil_mod.teacher_p(scorers, windows, say))
+            say(f"student targets: mean {float(np.mean(targets)):.3f} over {len(targets)} windows")
+        model, losses = stage1(c, targets)
+        own = stage_suffix(seed, quick, c)
+        if c.stage2_windows:
+            cached = work / f"model-{own}-stage2-{train.stage_key(c, 2, trained, added)}.pt"
+            final, more = _stage(cached, say, arch, c.loss)
+            if final is None:
+                w2, l2 = train.draw_windows(
+                    parts["train"], audio["train"], c.stage2_windows, seed + STAGE2_SEED,
+                    wide=c.stage2_wide, codec_aug=c.codec_aug, rawboost=c.rawboost,
+                    paired=c.paired,
+                )  # fmt: skip
+                say(f"stage 2: {len(w2)} fresh windows (wide channel: {c.stage2_wide})")
+                final, more = train.train(w2, l2, c, seed, say, init=model.state_dict())
+                torch.save(final.state_dict(), cached)
+            model, losses = final, losses + more
+        torch.save(model.state_dict(), work / f"model-{own}.pt")
+        return model, losses
+
     check = np.concatenate(
         [train.runtime_windows(x) for x in audio["dev"][:8]] + [windows[:4] / np.float32(32768)]
     ).astype(np.float32)
-    diff = max_diff(model, session, check)
-    if not diff <= TOLERANCE:
-        raise BuildError(f"ONNX output differs from torch by {diff:.3g} > {TOLERANCE}")
-    dev, thresholds = dev_report(session, parts["dev"], audio["dev"], seed)
+    # --restarts K: restarts 0 .. K-1, each exported, verified and scored on dev; the one
+    # best on dev is installed (restarts.py); otherwise the one network of cfg
+    candidates = [replace(cfg, restart=r) for r in range(restarts)] if restarts else [cfg]
+    devs: list[dict[str, Any]] = []
+    best: tuple[Any, ...] = ()
+    train_s = 0.0  # training alone (cached stages count as 0), not the export or dev
+    for i, c in enumerate(candidates):
+        if restarts:
+            say(f"restart {c.restart} ({i + 1} of {restarts})")
+        t0 = time.monotonic()
+        model, losses = network(c)
+        train_s += time.monotonic() - t0
+        onnx_bytes = export_onnx(model)
+        session = ort_session(onnx_bytes)
+        diff = max_diff(model, session, check)
+        if not diff <= TOLERANCE:
+            raise BuildError(f"ONNX output differs from torch by {diff:.3g} > {TOLERANCE}")
+        dev, thresholds = dev_report(session, parts["dev"], audio["dev"], seed)
+        devs.append(dev)
+        if restarts:
+            say(f"restart {c.restart}: dev {restarts_mod.CRITERION} EER {restarts_mod.eer(dev)}")
+        if restarts_mod.pick(devs) == i:
+            best = (c, model, losses, onnx_bytes, session, diff, dev, thresholds)
+    cfg, model, losses, onnx_bytes, session, diff, dev, thresholds = best
     held_out = None
     if hold_out is not None:
         say(f"scoring the held-out {hold_out} clips")
@@ -491,12 +520,16 @@ def build(
     used = [u for u in utts if u.label == "bonafide" and u.speaker in set(train_bona)]
     version = f"{VERSION}{'-quick' if quick else ''}+s{seed}"
     version += f".lofo-{hold_out}" if hold_out else ""
-    version += f".r{cfg.restart}" if cfg.restart else ""
+    if restarts:  # the same network as --restart N's build, picked: its version says so
+        version += f".r{cfg.restart}of{restarts}"
+    elif cfg.restart:
+        version += f".r{cfg.restart}"
     version += f".d{cfg.distil}" if cfg.distil else ""
     families = sorted({c.system for c in parts["train"] if c.label == 1})
     provenance = (
         f"trained by callshield models train-synthetic (seed {seed}{', quick' if quick else ''}"
-        + (f", restart {cfg.restart}" if cfg.restart else "")
+        + (f", restart {cfg.restart}" if cfg.restart and not restarts else "")
+        + (f", {restarts_mod.provenance(cfg.restart, devs)}" if restarts else "")
         + (
             f", distilled from restarts 0-{cfg.distil - 1} (each target "
             f"{1 - distil_mod.WEIGHT:.0%} the label, {distil_mod.WEIGHT:.0%} their fused P(spoof))"
@@ -559,6 +592,12 @@ def build(
     }
     if held_out is not None:
         report["held_out"] = held_out
+    if restarts:
+        report["restarts"] = {
+            "criterion": f"dev {restarts_mod.CRITERION} EER, the lowest",
+            "picked": cfg.restart,
+            "dev": [{"restart": r, "dev": d} for r, d in enumerate(devs)],
+        }
     (work / f"report-{suffix}.json").write_text(
         json.dumps(report, indent=2) + "\n", encoding="utf-8"
     )
@@ -629,6 +668,7 @@ def run_cli(
     epochs: int | None = None,
     restart: int = 0,
     distil: int = 0,
+    restarts: int = 0,
 ) -> int:
     from detectors.aasist.importer import torch_available
 
@@ -641,6 +681,9 @@ def run_cli(
     speech_dir = speech_dir or default_speech_dir()
     work.mkdir(parents=True, exist_ok=True)
     if lofo_all:
+        if restart or distil or restarts:  # run_lofo builds one network per family
+            print("error: --lofo does not take --restart, --restarts or --distil")
+            return 1
         return run_lofo(work, speech_dir, seed, quick, arch)
     if hold_out is not None:  # never over the shipped model
         out_dir = lofo.work_dir(work, hold_out) / "models"
@@ -659,6 +702,7 @@ def run_cli(
             paired=paired,
             restart=restart,
             distil=distil,
+            restarts=restarts,
         )  # fmt: skip
         installed, report = result.installed, result.report
     except (BuildError, ValueError) as exc:
@@ -680,6 +724,12 @@ def run_cli(
         )
     print(f"  ONNX vs torch max |Δ P(spoof)| {report['onnx_max_abs_diff']:.1e}")
     print_dev(report)
+    if "restarts" in report:
+        got = report["restarts"]
+        for row in got["dev"]:
+            mark = "  <- installed (its dev above)" if row["restart"] == got["picked"] else ""
+            e = restarts_mod.eer(row["dev"])
+            print(f"  restart {row['restart']}: dev {restarts_mod.CRITERION} EER {e}{mark}")
     if "held_out" in report:
         for cond in DEV_CONDITIONS:
             print(lofo.format_table([report["held_out"]], cond))
