@@ -45,6 +45,7 @@ from detectors.synthetic import (
     channel,
     corpus,
     dataset,
+    fingerprint,
     generators,
     ivr_voices,
     lofo,
@@ -438,6 +439,11 @@ def build(
         codec_aug=cfg.codec_aug, rawboost=cfg.rawboost, paired=cfg.paired, progress=say,
     )  # fmt: skip
     say(f"{len(windows)} training windows drawn in {time.monotonic() - t0:.0f} s")
+    trained_on = {  # where two builds of one seed parted, if they did (fingerprint.py)
+        "clips": fingerprint.clips(all_clips + held),
+        "train_windows": fingerprint.windows(windows, labels),
+        "environment": fingerprint.environment(),
+    }
     import torch
 
     suffix = stage_suffix(seed, quick, cfg) + (f"-k{restarts}" if restarts else "")
@@ -582,6 +588,7 @@ def build(
         },
         "generation_failures": failures,
         "epoch_losses": [round(x, 5) for x in losses],
+        "trained_on": trained_on,
         "train_seconds": round(train_s, 1),
         "onnx_max_abs_diff": diff,
         "dev": dev,
@@ -723,6 +730,11 @@ def run_cli(
             "bridge refuses to start until CALLSHIELD_DETECTOR_MODELS names the one to load"
         )
     print(f"  ONNX vs torch max |Δ P(spoof)| {report['onnx_max_abs_diff']:.1e}")
+    env = report["trained_on"]["environment"]
+    print(
+        f"  trained on windows {report['trained_on']['train_windows']} with torch {env['torch']}"
+        f" on {env['cpu']} (clip digests per family in the report)"
+    )
     print_dev(report)
     if "restarts" in report:
         got = report["restarts"]

@@ -124,3 +124,5 @@ def test_restarts_install_the_one_best_on_dev_the_very_network_of_its_restart_bu
     assert single.manifest.version.endswith("+s0.r1")
     assert single.manifest.sha256 == picked.manifest.sha256
     assert single.manifest.thresholds == picked.manifest.thresholds
+    again = json.loads((work / "report-s0-quick-r1.json").read_text())
+    assert again["trained_on"] == report["trained_on"]  # the same clips and windows
