@@ -79,6 +79,28 @@ def stop_at_the_draw(monkeypatch: pytest.MonkeyPatch) -> list[Drawn]:
 
 
 @pytest.fixture
+def refused(
+    quick_cnn_argv: Callable[..., list[str]],
+    synthetic_quick_work: Path,
+    stop_at_the_draw: list[Drawn],
+    capsys: pytest.CaptureFixture[str],
+) -> Callable[..., str]:
+    """Runs the quick CNN ``train-synthetic`` with ``extra`` options it must refuse:
+    asserts exit 1, no window drawn and nothing installed; returns what it printed."""
+
+    def run(*extra: str) -> str:
+        from sip_bridge.cli import main
+
+        out = synthetic_quick_work / "unused-refused"
+        assert main(quick_cnn_argv(out, *extra)) == 1
+        assert stop_at_the_draw == []
+        assert not out.exists()
+        return capsys.readouterr().out
+
+    return run
+
+
+@pytest.fixture
 def draws_with_and_without(
     quick_cnn_argv: Callable[..., list[str]],
     stop_at_the_draw: list[Drawn],
