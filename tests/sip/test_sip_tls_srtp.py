@@ -27,7 +27,14 @@ from pathlib import Path
 import numpy as np
 import pylibsrtp
 import pytest
-from bridge_runner import RunningBridge, free_udp_port, load_speech, running_bridge, wait_for
+from bridge_runner import (
+    RunningBridge,
+    free_sip_port,
+    free_udp_port,
+    load_speech,
+    running_bridge,
+    wait_for,
+)
 from tls_uac import SipOverStream, TestCa, tls_connect
 
 from native.codec import ulaw_decode, ulaw_encode
@@ -214,7 +221,7 @@ def test_baresip_srtp_call(shared_dir: Path, tmp_path: Path) -> None:
         w.writeframes(speech.astype("<i2").tobytes())
     rtp = free_udp_port()
     (tmp_path / "config").write_text(
-        f"sip_listen\t127.0.0.1:{free_udp_port()}\n"
+        f"sip_listen\t127.0.0.1:{free_sip_port()}\n"
         "net_interface\t127.0.0.1\n"
         "audio_player\tnil,nil\n"
         "audio_alert\tnil,nil\n"
