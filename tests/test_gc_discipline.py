@@ -18,7 +18,9 @@ def test_freeze_after_warm_up_and_thaw() -> None:
     kept = [[i] for i in range(1000)]  # alive at "warm-up": frozen
     frozen = freeze_after_warm_up()
     try:
-        assert frozen.objects >= len(kept) and gc.get_freeze_count() == frozen.objects
+        # frozen objects can still die (a thread another test left behind dropping the
+        # last reference, as CI saw once): the count only falls after the freeze
+        assert len(kept) <= gc.get_freeze_count() <= frozen.objects
         assert gc.get_threshold() == (GEN0_THRESHOLD, before[1], before[2])
         assert frozen.thresholds == before
     finally:
