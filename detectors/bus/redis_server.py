@@ -55,6 +55,21 @@ def free_port() -> int:
         return port
 
 
+def free_udp_tcp_port() -> int:
+    """A port free for both TCP and UDP on 127.0.0.1: a SIP listener binds the two on one
+    number, and a port checked for one alone may be the other's (a TCP client's
+    ephemeral port, say)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            try:
+                u.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise OSError("no free port")
+
+
 @dataclass
 class RedisServer:
     """One redis-server with its data (and AOF) in ``data_dir``.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from detectors.bus.redis_server import RedisServer, free_port
+from detectors.bus.redis_server import RedisServer, free_port, free_udp_tcp_port
 
 ADMIN = "demo-admin"
 
@@ -151,7 +151,7 @@ class Services:
 
     def start_bridge(self) -> Child:
         """Spawned; :meth:`bridge_ready` waits (and respawns when a port was taken)."""
-        self.bridge_sip_port = _free_udp_tcp_port()
+        self.bridge_sip_port = free_udp_tcp_port()
         http = free_port()
         self.bridge_http = f"http://127.0.0.1:{http}"
         base = 31000 + secrets.randbelow(300) * 100
@@ -232,21 +232,6 @@ class Services:
         if self.redis is not None:
             self.redis.kill9() if self.forcing.is_set() else self.redis.stop()
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _free_udp_tcp_port() -> int:
-    """A port free for both UDP and TCP (SIP listens on both)."""
-    import socket
-
-    for _ in range(50):
-        port = free_port()
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            try:
-                u.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise OSError("no free port")
 
 
 class WebhookReceiver:

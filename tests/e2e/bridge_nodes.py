@@ -10,9 +10,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import numpy.typing as npt
-from bridge_runner import free_sip_port
 
-from detectors.bus.redis_server import free_port
+from detectors.bus.redis_server import free_port, free_udp_tcp_port
 from detectors.fixture_models import MARKER_HZ
 
 
@@ -55,7 +54,7 @@ class Node:
         rtp_ports: int,
         extra: dict[str, str],
     ) -> None:
-        self.name, self.sip_port, self.http_port = name, free_sip_port(), free_port()
+        self.name, self.sip_port, self.http_port = name, free_udp_tcp_port(), free_port()
         node_env = {
             **env,
             "CALLSHIELD_NODE_ID": name,

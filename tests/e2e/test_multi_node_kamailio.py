@@ -40,13 +40,13 @@ import pytest
 import redis
 from bridge_nodes import Proc, cli
 from bridge_nodes import marked as _marked
-from bridge_runner import free_sip_port, free_udp_port, load_speech, wait_for
+from bridge_runner import free_udp_port, load_speech, wait_for
 from rtp_pcap import write_rtp_pcap
 
 from detectors.alert_schema import Alert, CallEvent
 from detectors.bus.codec import decode
 from detectors.bus.keys import Keys
-from detectors.bus.redis_server import RedisServer, free_port
+from detectors.bus.redis_server import RedisServer, free_port, free_udp_tcp_port
 
 REPO = Path(__file__).resolve().parents[2]
 KAMAILIO_CFG = REPO / "deploy" / "kamailio" / "kamailio.cfg"
@@ -157,7 +157,7 @@ def balanced(tmp_path: Path, redis_server: RedisServer) -> Iterator[dict[str, An
         listing.write_text(
             "".join(f"1 sip:127.0.0.1:{n.sip_port} 8 0 duid={n.name}\n" for n in nodes)
         )
-        sip_port, dash_port = free_sip_port(), free_port()
+        sip_port, dash_port = free_udp_tcp_port(), free_port()
         procs = [n.proc for n in nodes] + [
             Proc(
                 "dashboard",

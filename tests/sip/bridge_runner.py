@@ -131,21 +131,6 @@ def free_udp_port() -> int:
                 return port
 
 
-def free_sip_port() -> int:
-    """free_udp_port() that is free for TCP too: a SIP listener (the bridge's, baresip's,
-    Kamailio's) binds UDP and TCP on one number, and a port only checked for UDP can be
-    a TCP client's ephemeral port (a Redis or HTTP connection of this run): CI once saw
-    a node's TCP bind fail with EADDRINUSE on such a port."""
-    while True:
-        port = free_udp_port()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-
-
 def run_sipp(
     scenario: str,
     bridge: RunningBridge,

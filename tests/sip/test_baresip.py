@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from bridge_runner import free_sip_port, free_udp_port, load_speech, running_bridge, wait_for
+from bridge_runner import free_udp_port, load_speech, running_bridge, wait_for
+
+from detectors.bus.redis_server import free_udp_tcp_port
 
 
 def _aligned_correlation(
@@ -46,7 +48,7 @@ def test_baresip_call_plays_a_wav_file(shared_dir: Path, tmp_path: Path) -> None
         w.writeframes(speech.astype("<i2").tobytes())
     rtp = free_udp_port()
     (tmp_path / "config").write_text(
-        f"sip_listen\t127.0.0.1:{free_sip_port()}\n"
+        f"sip_listen\t127.0.0.1:{free_udp_tcp_port()}\n"
         "net_interface\t127.0.0.1\n"
         "audio_player\tnil,nil\n"
         "audio_alert\tnil,nil\n"

@@ -29,7 +29,6 @@ import pylibsrtp
 import pytest
 from bridge_runner import (
     RunningBridge,
-    free_sip_port,
     free_udp_port,
     load_speech,
     running_bridge,
@@ -37,6 +36,7 @@ from bridge_runner import (
 )
 from tls_uac import SipOverStream, TestCa, tls_connect
 
+from detectors.bus.redis_server import free_udp_tcp_port
 from native.codec import ulaw_decode, ulaw_encode
 
 FRAME = 160
@@ -221,7 +221,7 @@ def test_baresip_srtp_call(shared_dir: Path, tmp_path: Path) -> None:
         w.writeframes(speech.astype("<i2").tobytes())
     rtp = free_udp_port()
     (tmp_path / "config").write_text(
-        f"sip_listen\t127.0.0.1:{free_sip_port()}\n"
+        f"sip_listen\t127.0.0.1:{free_udp_tcp_port()}\n"
         "net_interface\t127.0.0.1\n"
         "audio_player\tnil,nil\n"
         "audio_alert\tnil,nil\n"
